@@ -1,0 +1,340 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/hfsent/hfsent/internal/engine"
+	"github.com/hfsent/hfsent/internal/input"
+	"github.com/hfsent/hfsent/internal/results"
+)
+
+type classifyOptions struct {
+	input       string
+	output      string
+	idColumn    string
+	textColumn  string
+	prov        providerOptions
+	maxChars    int
+	batchSize   int
+	dedupe      bool
+	noDedupe    bool
+	resume      bool
+	maxDuration time.Duration
+	includeText bool
+	summaryJSON string
+	progress    bool
+	noProgress  bool
+	// progressSet is true when --progress or --no-progress was given.
+	progressSet bool
+}
+
+func newClassifyCmd(ios *IOStreams, g *globalOptions) *cobra.Command {
+	o := &classifyOptions{}
+	cmd := &cobra.Command{
+		Use:   "classify INPUT",
+		Short: "Classify every text row of a CSV file (INPUT, or - for stdin)",
+		Long: `Classify reads INPUT (a CSV with a header line; - reads stdin), sends each
+row's text to the model, and writes one result row per input row, in input
+order, to --output (stdout by default). Results are written as rows finish, so
+an interrupted run keeps everything it finished.
+
+Columns written: request_id, status, label, score, outcome, model, attempts,
+latency_ms, error, queued_ms, started_ms, finished_ms (and text with
+--include-text). Outcome codes and exit codes are listed in the README.
+
+The token comes from HF_TOKEN, else the Hugging Face token file
+($HF_TOKEN_PATH, else $HF_HOME/token, else ~/.cache/huggingface/token).`,
+		Example: `  # offline, no token: the embedded model
+  hfsent classify samples/feedback.csv --provider local -o results.csv
+
+  # the Hugging Face API, 8 calls in flight
+  HF_TOKEN=hf_... hfsent classify feedback.csv -o results.csv -c 8
+
+  # a pipe, columns named differently
+  cat reviews.csv | hfsent classify - --id-column id --text-column body > results.csv`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			o.input = args[0]
+			o.progressSet = cmd.Flags().Changed("progress") || cmd.Flags().Changed("no-progress")
+			log, err := g.logger(ios)
+			if err != nil {
+				return err
+			}
+			return runClassify(cmd.Context(), o, ios, log)
+		},
+	}
+	fs := cmd.Flags()
+	fs.StringVarP(&o.output, "output", "o", "", "results CSV (default: stdout)")
+	fs.StringVar(&o.idColumn, "id-column", "request_id", "column holding the row id")
+	fs.StringVar(&o.textColumn, "text-column", "text", "column holding the text")
+	addProviderFlags(fs, &o.prov)
+	fs.IntVar(&o.maxChars, "max-chars", 5000, "longer texts are invalid_input")
+	fs.IntVar(&o.batchSize, "batch-size", 1, "texts per provider call")
+	fs.BoolVar(&o.dedupe, "dedupe", true, "send identical texts once and reuse the answer")
+	fs.BoolVar(&o.noDedupe, "no-dedupe", false, "send every row, even identical texts")
+	fs.BoolVar(&o.resume, "resume", false, "keep rows already in --output whose outcome is final, process only the rest")
+	fs.DurationVar(&o.maxDuration, "max-duration", 0, "stop admitting rows after this long; the rest are not_attempted (0: no limit)")
+	fs.BoolVar(&o.includeText, "include-text", false, "copy the input text into the results")
+	fs.StringVar(&o.summaryJSON, "summary-json", "", "write counts by outcome, calls, retries and elapsed time to this JSON file")
+	fs.BoolVar(&o.progress, "progress", false, "show a progress bar on stderr (default: when stderr is a terminal)")
+	fs.BoolVar(&o.noProgress, "no-progress", false, "never show a progress bar")
+	return cmd
+}
+
+func (o *classifyOptions) validate() error {
+	if err := o.prov.validate(); err != nil {
+		return err
+	}
+	if o.maxChars < 1 {
+		return usageErrorf("--max-chars must be at least 1, got %d", o.maxChars)
+	}
+	if o.batchSize < 1 {
+		return usageErrorf("--batch-size must be at least 1, got %d", o.batchSize)
+	}
+	if o.maxDuration < 0 {
+		return usageErrorf("--max-duration must be >= 0")
+	}
+	if strings.TrimSpace(o.idColumn) == "" || strings.TrimSpace(o.textColumn) == "" {
+		return usageErrorf("--id-column and --text-column must not be empty")
+	}
+	if o.resume && (o.output == "" || o.output == "-") {
+		return usageErrorf("--resume needs --output FILE: it reads the rows already there")
+	}
+	return o.notYet()
+}
+
+// notYet refuses flags whose behaviour has not been built, rather than
+// silently ignoring them.
+func (o *classifyOptions) notYet() error {
+	var asked []string
+	if o.prov.retries > 0 && o.prov.provider == "hf" {
+		asked = append(asked, "--retries above 0 (use --retries 0)")
+	}
+	if o.prov.rps > 0 {
+		asked = append(asked, "--rps")
+	}
+	if o.prov.adaptive {
+		asked = append(asked, "--adaptive")
+	}
+	if o.prov.fallbackModel != "" {
+		asked = append(asked, "--fallback-model")
+	}
+	if o.batchSize > 1 {
+		asked = append(asked, "--batch-size above 1")
+	}
+	if o.resume {
+		asked = append(asked, "--resume")
+	}
+	if len(asked) > 0 {
+		return usageErrorf("not implemented yet: %s", strings.Join(asked, ", "))
+	}
+	return nil
+}
+
+func runClassify(ctx context.Context, o *classifyOptions, ios *IOStreams, log *slog.Logger) error {
+	if err := o.validate(); err != nil {
+		return err
+	}
+	in, name, total, closeIn, err := openInput(o, ios)
+	if err != nil {
+		return err
+	}
+	defer closeIn()
+	src, err := input.NewReader(in, input.Options{Name: name, IDColumn: o.idColumn, TextColumn: o.textColumn})
+	if err != nil {
+		return usageError(err)
+	}
+	cls, err := o.prov.build(ios, log)
+	if err != nil {
+		return err
+	}
+	out, closeOut, err := createOutput(o, ios)
+	if err != nil {
+		return err
+	}
+	sink, err := results.NewWriter(out, o.includeText)
+	if err != nil {
+		closeOut()
+		return usageErrorf("cannot write %s: %v", outputName(o), err)
+	}
+
+	ctx, stopSignals := interruptContext(ctx, ios, log, sink.Freeze)
+	defer stopSignals()
+
+	bar := newProgress(ios, o, total)
+	sum, runErr := engine.Run(ctx, src, sink, cls, engine.Config{
+		Concurrency:   o.prov.concurrency,
+		AdmissionWait: o.prov.admissionWait,
+		RowDeadline:   o.prov.rowDeadline,
+		MaxDuration:   o.maxDuration,
+		MaxChars:      o.maxChars,
+		IncludeText:   o.includeText,
+		Progress:      bar.update,
+		Logger:        log,
+	})
+	bar.finish()
+	if err := closeOut(); err != nil && runErr == nil {
+		runErr = err
+	}
+
+	fmt.Fprintln(ios.ErrOut, summaryLine(sum))
+	code := exitFor(sum, runErr)
+	if o.summaryJSON != "" {
+		if err := writeSummaryJSON(o.summaryJSON, sum, code); err != nil {
+			log.Error("cannot write --summary-json", "path", o.summaryJSON, "err", err)
+		}
+	}
+	switch {
+	case runErr != nil:
+		return &exitError{code: code, err: fmt.Errorf("writing %s: %w", outputName(o), runErr)}
+	case sum.InputErr != nil:
+		return &exitError{code: code, err: fmt.Errorf("%w; stopped reading there, the rows before it were processed", sum.InputErr)}
+	case sum.Stop == engine.StopInterrupted:
+		log.Warn("interrupted: finished rows are written; rows not_attempted can be redone with --resume")
+	}
+	return silentExit(code)
+}
+
+// exitFor decides the exit code of a classify run.
+func exitFor(sum engine.Summary, runErr error) int {
+	switch {
+	case sum.Stop == engine.StopInterrupted:
+		return ExitInterrupted
+	case sum.InputErr != nil:
+		return ExitUsage
+	case runErr != nil:
+		return ExitRowsFailed
+	case sum.OK():
+		return ExitOK
+	}
+	return ExitRowsFailed
+}
+
+// openInput opens INPUT. A regular file is read once in full first, so a
+// malformed CSV is refused (exit 2, naming the line) before any call, and the
+// progress bar knows the total; stdin cannot be, and gives total -1.
+func openInput(o *classifyOptions, ios *IOStreams) (io.Reader, string, int64, func(), error) {
+	if o.input == "-" {
+		return ios.In, "stdin", -1, func() {}, nil
+	}
+	f, err := os.Open(o.input)
+	if err != nil {
+		return nil, "", 0, nil, usageErrorf("cannot open input %s: %v", o.input, unwrapPathError(err))
+	}
+	st, err := f.Stat()
+	if err != nil || !st.Mode().IsRegular() {
+		if err == nil && st.IsDir() {
+			f.Close()
+			return nil, "", 0, nil, usageErrorf("input %s is a directory", o.input)
+		}
+		return f, o.input, -1, func() { f.Close() }, nil
+	}
+	opts := input.Options{Name: o.input, IDColumn: o.idColumn, TextColumn: o.textColumn}
+	total, err := input.Count(f, opts)
+	if err != nil {
+		f.Close()
+		return nil, "", 0, nil, usageError(err)
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		f.Close()
+		return nil, "", 0, nil, usageErrorf("cannot read input %s: %v", o.input, err)
+	}
+	return f, o.input, total, func() { f.Close() }, nil
+}
+
+func outputName(o *classifyOptions) string {
+	if o.output == "" || o.output == "-" {
+		return "stdout"
+	}
+	return o.output
+}
+
+// createOutput creates --output (or uses stdout). The returned close syncs
+// the file so that a finished run's rows survive a power cut.
+func createOutput(o *classifyOptions, ios *IOStreams) (io.Writer, func() error, error) {
+	if o.output == "" || o.output == "-" {
+		return ios.Out, func() error { return nil }, nil
+	}
+	if o.input != "-" && sameFile(o.input, o.output) {
+		return nil, nil, usageErrorf("--output %s is the input file; choose another path", o.output)
+	}
+	f, err := os.OpenFile(o.output, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return nil, nil, usageErrorf("cannot create output %s: %v", o.output, unwrapPathError(err))
+	}
+	return f, func() error {
+		serr := f.Sync()
+		if cerr := f.Close(); cerr != nil {
+			return cerr
+		}
+		if serr != nil && !errors.Is(serr, os.ErrInvalid) && !errors.Is(serr, syscall.EINVAL) {
+			return serr
+		}
+		return nil
+	}, nil
+}
+
+func sameFile(a, b string) bool {
+	sa, err := os.Stat(a)
+	if err != nil {
+		return false
+	}
+	sb, err := os.Stat(b)
+	if err != nil {
+		return filepath.Clean(a) == filepath.Clean(b)
+	}
+	return os.SameFile(sa, sb)
+}
+
+func unwrapPathError(err error) error {
+	var pe *os.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
+}
+
+// interruptContext ends ctx on the first SIGINT or SIGTERM (a graceful stop);
+// a second one freezes the results writer, so no row is torn, and exits at
+// once.
+func interruptContext(parent context.Context, ios *IOStreams, log *slog.Logger, freeze func()) (context.Context, func()) {
+	ctx, cancel := context.WithCancel(parent)
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() {
+		select {
+		case s := <-sigs:
+			log.Warn("received "+s.String()+": no new rows; letting calls in flight finish (up to 10s); press Ctrl-C again to quit now", "signal", s.String())
+			cancel()
+		case <-done:
+			return
+		}
+		select {
+		case <-sigs:
+			freeze()
+			fmt.Fprintln(ios.ErrOut, "hfsent: second interrupt: quitting now; the rows written so far are complete")
+			if ios.HardExit != nil {
+				ios.HardExit(ExitInterrupted)
+			}
+		case <-done:
+		}
+	}()
+	return ctx, func() {
+		signal.Stop(sigs)
+		close(done)
+		cancel()
+	}
+}

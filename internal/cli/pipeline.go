@@ -1,0 +1,116 @@
+package cli
+
+import (
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"github.com/hfsent/hfsent/internal/provider"
+)
+
+// providerOptions are the provider and limit flags that classify, serve and
+// worker share.
+type providerOptions struct {
+	provider       string
+	model          string
+	endpoint       string
+	concurrency    int
+	adaptive       bool
+	admissionWait  time.Duration
+	rps            float64
+	burst          int
+	timeout        time.Duration
+	connectTimeout time.Duration
+	rowDeadline    time.Duration
+	retries        int
+
+	breakerThreshold float64
+	breakerWindow    time.Duration
+	breakerMinCalls  int
+	breakerCooldown  time.Duration
+	fallbackModel    string
+}
+
+func addProviderFlags(fs *pflag.FlagSet, o *providerOptions) {
+	fs.StringVar(&o.provider, "provider", "hf", "hf: the Hugging Face API (needs a token unless --endpoint is set); local: the embedded offline model, no network, no token")
+	fs.StringVar(&o.model, "model", provider.DefaultModel, "model id")
+	fs.StringVar(&o.endpoint, "endpoint", "", "full URL to POST to, e.g. a dedicated Inference Endpoint or a local server; {model} is replaced\n(default "+provider.DefaultEndpoint+")")
+	fs.IntVarP(&o.concurrency, "concurrency", "c", 8, "calls in flight at most")
+	fs.BoolVar(&o.adaptive, "adaptive", false, "find the provider's real capacity below --concurrency (lowers on 429s and timeouts, raises on success)")
+	fs.DurationVar(&o.admissionWait, "admission-wait", 0, "how long a row may wait for a free slot, from when it is read; past it the row is local_capacity and not sent (0: wait as long as needed; meant for bursts, leave 0 for batches)")
+	fs.Float64Var(&o.rps, "rps", 0, "provider calls per second, retries included (0: no limit)")
+	fs.IntVar(&o.burst, "burst", 1, "calls allowed at once above --rps")
+	fs.DurationVar(&o.timeout, "timeout", 12*time.Second, "one attempt, end to end")
+	fs.DurationVar(&o.connectTimeout, "connect-timeout", 3*time.Second, "connection set-up")
+	fs.DurationVar(&o.rowDeadline, "row-deadline", 10*time.Minute, "all attempts and waits of one row; past it the row ends with its last outcome, or circuit_open")
+	fs.IntVar(&o.retries, "retries", 4, "retries after a failure that may recover (connection errors, timeouts, 429, 500/502/503/504), with exponential backoff and jitter, honouring Retry-After")
+	fs.Float64Var(&o.breakerThreshold, "breaker-threshold", 0.3, "failure rate that opens the circuit breaker (5xx, timeouts, connection errors count; 429 and 4xx do not)")
+	fs.DurationVar(&o.breakerWindow, "breaker-window", 60*time.Second, "window over which the failure rate is measured")
+	fs.IntVar(&o.breakerMinCalls, "breaker-min-calls", 20, "calls in the window before the rate counts")
+	fs.DurationVar(&o.breakerCooldown, "breaker-cooldown", 60*time.Second, "time the breaker stays open before a probe")
+	fs.StringVar(&o.fallbackModel, "fallback-model", "", "model id, or local, that answers rows while the breaker is open (default: none, rows wait for recovery)")
+}
+
+// validate checks the flags before anything is opened or sent.
+func (o *providerOptions) validate() error {
+	switch o.provider {
+	case "hf", "local":
+	default:
+		return usageErrorf("--provider %q: want hf or local", o.provider)
+	}
+	if strings.TrimSpace(o.model) == "" {
+		return usageErrorf("--model must not be empty")
+	}
+	if o.concurrency < 1 {
+		return usageErrorf("--concurrency must be at least 1, got %d", o.concurrency)
+	}
+	if o.admissionWait < 0 || o.timeout <= 0 || o.connectTimeout <= 0 || o.rowDeadline <= 0 {
+		return usageErrorf("--admission-wait must be >= 0 and --timeout, --connect-timeout, --row-deadline > 0")
+	}
+	if o.rps < 0 || o.burst < 1 {
+		return usageErrorf("--rps must be >= 0 and --burst >= 1")
+	}
+	if o.retries < 0 {
+		return usageErrorf("--retries must be >= 0, got %d", o.retries)
+	}
+	if o.breakerThreshold <= 0 || o.breakerThreshold > 1 {
+		return usageErrorf("--breaker-threshold must be in (0,1], got %g", o.breakerThreshold)
+	}
+	if o.breakerWindow <= 0 || o.breakerCooldown <= 0 || o.breakerMinCalls < 1 {
+		return usageErrorf("--breaker-window and --breaker-cooldown must be > 0, --breaker-min-calls >= 1")
+	}
+	return nil
+}
+
+// build makes the classifier chain: the provider client, wrapped by the
+// policies the flags ask for.
+func (o *providerOptions) build(ios *IOStreams, log *slog.Logger) (provider.Classifier, error) {
+	if o.provider == "local" {
+		return provider.NewLocal(), nil
+	}
+	tok, err := provider.ResolveToken(ios.getenv)
+	if err != nil {
+		return nil, usageError(err)
+	}
+	if tok.Value == "" && o.endpoint == "" {
+		return nil, usageErrorf("no Hugging Face token: set HF_TOKEN=hf_... (or run `hf auth login`, which writes %s), or use --provider local to run offline",
+			provider.TokenPath(ios.getenv))
+	}
+	hf, err := provider.NewHF(provider.HFConfig{
+		Model:          o.model,
+		Endpoint:       o.endpoint,
+		Token:          tok.Value,
+		Concurrency:    o.concurrency,
+		Timeout:        o.timeout,
+		ConnectTimeout: o.connectTimeout,
+		UserAgent:      "hfsent/" + version,
+	})
+	if err != nil {
+		return nil, usageError(fmt.Errorf("--endpoint: %w", err))
+	}
+	log.Debug("provider", "url", hf.URL(), "token", tok.String())
+	return hf, nil
+}

@@ -1,0 +1,67 @@
+package cli
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/hfsent/hfsent/internal/engine"
+	"github.com/hfsent/hfsent/internal/outcome"
+)
+
+// summaryLine is the one-line account printed on stderr at the end.
+func summaryLine(s engine.Summary) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "rows=%d", s.Rows)
+	for _, c := range outcome.All() {
+		if n := s.Counts[c]; n > 0 || c == outcome.Success {
+			fmt.Fprintf(&b, " %s=%d", c, n)
+		}
+	}
+	fmt.Fprintf(&b, " calls=%d retries=%d max_active=%d elapsed=%s", s.Calls, s.Retries, s.MaxActive, s.Elapsed.Round(time.Millisecond))
+	if secs := s.Elapsed.Seconds(); secs > 0 {
+		fmt.Fprintf(&b, " rows/s=%.1f", float64(s.Rows)/secs)
+	}
+	if s.Stop != engine.StopNone {
+		fmt.Fprintf(&b, " stopped=%q", string(s.Stop))
+	}
+	return b.String()
+}
+
+type summaryJSON struct {
+	Rows       int64            `json:"rows"`
+	Outcomes   map[string]int64 `json:"outcomes"`
+	Calls      int64            `json:"calls"`
+	Retries    int64            `json:"retries"`
+	MaxActive  int64            `json:"max_active"`
+	ElapsedSec float64          `json:"elapsed_s"`
+	RowsPerSec float64          `json:"rows_per_s"`
+	Stop       string           `json:"stop,omitempty"`
+	ExitCode   int              `json:"exit_code"`
+}
+
+func writeSummaryJSON(path string, s engine.Summary, code int) error {
+	out := summaryJSON{
+		Rows:       s.Rows,
+		Outcomes:   map[string]int64{},
+		Calls:      s.Calls,
+		Retries:    s.Retries,
+		MaxActive:  s.MaxActive,
+		ElapsedSec: s.Elapsed.Seconds(),
+		Stop:       string(s.Stop),
+		ExitCode:   code,
+	}
+	for _, c := range outcome.All() {
+		out.Outcomes[string(c)] = s.Counts[c]
+	}
+	if secs := s.Elapsed.Seconds(); secs > 0 {
+		out.RowsPerSec = float64(s.Rows) / secs
+	}
+	b, err := json.MarshalIndent(out, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(b, '\n'), 0o644)
+}

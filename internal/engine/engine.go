@@ -1,0 +1,386 @@
+// Package engine is the batch pipeline: it reads rows, admits them under a
+// concurrency bound, calls the (guarded) classifier, and writes results in
+// input order through a bounded reorder window. It knows nothing of flags,
+// terminals or files: commands give it a Source, a Sink and a Classifier.
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unicode/utf8"
+
+	"golang.org/x/sync/semaphore"
+
+	"github.com/hfsent/hfsent/internal/input"
+	"github.com/hfsent/hfsent/internal/outcome"
+	"github.com/hfsent/hfsent/internal/provider"
+	"github.com/hfsent/hfsent/internal/results"
+)
+
+// Source yields input rows in order; io.EOF ends it.
+type Source interface {
+	Next() (input.Row, error)
+}
+
+// Sink receives finished rows, in input order, from a single goroutine.
+type Sink interface {
+	Write(rows []results.Row) error
+}
+
+// Config tunes a run. Zero values take the defaults noted.
+type Config struct {
+	Concurrency   int           // calls in flight at most; default 8
+	AdmissionWait time.Duration // 0: a row waits for a slot as long as needed
+	RowDeadline   time.Duration // all attempts of one row; default 10m
+	MaxDuration   time.Duration // 0: no limit
+	Grace         time.Duration // in-flight calls may finish this long after ctx ends; default 10s
+	MaxChars      int           // default 5000
+	IncludeText   bool
+	// Window bounds how many rows may be read but not yet written, so that
+	// memory stays flat when one early row is slow; default max(256, 16×Concurrency).
+	Window int
+	// Progress is called from the writer after each flush; it must be quick.
+	Progress func(Progress)
+	Logger   *slog.Logger
+}
+
+func (c *Config) defaults() {
+	if c.Concurrency < 1 {
+		c.Concurrency = 8
+	}
+	if c.RowDeadline <= 0 {
+		c.RowDeadline = 10 * time.Minute
+	}
+	if c.Grace <= 0 {
+		c.Grace = 10 * time.Second
+	}
+	if c.MaxChars <= 0 {
+		c.MaxChars = 5000
+	}
+	if c.Window <= 0 {
+		c.Window = max(256, 16*c.Concurrency)
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+// Progress is a snapshot of a run.
+type Progress struct {
+	Read    int64 // rows read so far
+	Written int64 // rows finished and written
+	OK      int64 // success or fallback
+	Failed  int64 // any other outcome
+	Active  int64 // rows holding a slot now
+	Elapsed time.Duration
+}
+
+// StopReason says why a run stopped admitting rows before the input ended.
+type StopReason string
+
+const (
+	StopNone        StopReason = ""
+	StopInterrupted StopReason = "interrupted"
+	StopAuth        StopReason = "token rejected"
+	StopMaxDuration StopReason = "max-duration reached"
+)
+
+// Summary is what a run did.
+type Summary struct {
+	Rows      int64
+	Counts    map[outcome.Code]int64
+	Calls     int64 // provider calls sent, retries included
+	Retries   int64 // calls beyond the first of each row
+	MaxActive int64
+	Elapsed   time.Duration
+	Stop      StopReason
+	// InputErr is set when the input could not be parsed past some line;
+	// rows before it were processed.
+	InputErr error
+}
+
+// OK reports whether every row ended success or fallback.
+func (s Summary) OK() bool {
+	return s.Rows == s.Counts[outcome.Success]+s.Counts[outcome.Fallback] && s.InputErr == nil && s.Stop == StopNone
+}
+
+type run struct {
+	cfg   Config
+	cls   provider.Classifier
+	start time.Time
+
+	slots     *semaphore.Weighted
+	admitCtx  context.Context // ends when admission must stop, for any reason
+	stopAdmit context.CancelCauseFunc
+	callCtx   context.Context // ends only after the grace period
+	stopCalls context.CancelFunc
+
+	done chan results.Row
+
+	read, written, ok, failed atomic.Int64
+	active, maxActive         atomic.Int64
+	calls, retries            atomic.Int64
+
+	seed    maphash.Seed
+	ids     map[uint64]struct{}
+	authLog sync.Once
+
+	writeFailed atomic.Bool
+	counts      map[outcome.Code]int64 // set by the writer when it ends
+}
+
+type errStop struct{ reason StopReason }
+
+func (e errStop) Error() string { return string(e.reason) }
+
+// Run processes every row of src and writes one result per row to sink, in
+// input order. Cancelling ctx is a graceful stop: no new row is admitted,
+// calls in flight get cfg.Grace to finish, rows read but not started are
+// written as not_attempted, and reading stops. The error is non-nil only
+// when results could not be written.
+func Run(ctx context.Context, src Source, sink Sink, cls provider.Classifier, cfg Config) (Summary, error) {
+	cfg.defaults()
+	r := &run{
+		cfg:   cfg,
+		cls:   cls,
+		start: time.Now(),
+		slots: semaphore.NewWeighted(int64(cfg.Concurrency)),
+		done:  make(chan results.Row, cfg.Window),
+		seed:  maphash.MakeSeed(),
+		ids:   make(map[uint64]struct{}),
+	}
+	r.admitCtx, r.stopAdmit = context.WithCancelCause(ctx)
+	defer r.stopAdmit(nil)
+	r.callCtx, r.stopCalls = context.WithCancel(context.WithoutCancel(ctx))
+	defer r.stopCalls()
+	// After an interrupt, calls in flight get the grace period, then end.
+	stopGrace := context.AfterFunc(ctx, func() {
+		t := time.NewTimer(cfg.Grace)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			r.stopCalls()
+		case <-r.callCtx.Done():
+		}
+	})
+	defer stopGrace()
+	if cfg.MaxDuration > 0 {
+		t := time.AfterFunc(cfg.MaxDuration, func() { r.stopAdmit(errStop{StopMaxDuration}) })
+		defer t.Stop()
+	}
+
+	window := make(chan struct{}, cfg.Window)
+	writerDone := make(chan error, 1)
+	go func() { writerDone <- r.writeInOrder(sink, window) }()
+
+	admitq := make(chan queued, cfg.Window)
+	var workers sync.WaitGroup
+	admitterDone := make(chan struct{})
+	go func() {
+		defer close(admitterDone)
+		r.admit(admitq, &workers)
+	}()
+
+	sum := Summary{Counts: map[outcome.Code]int64{}}
+read:
+	for {
+		select {
+		case window <- struct{}{}:
+		case <-ctx.Done():
+			break read
+		}
+		if ctx.Err() != nil || r.writeFailed.Load() {
+			<-window
+			break
+		}
+		row, err := src.Next()
+		if errors.Is(err, io.EOF) {
+			<-window
+			break
+		}
+		if err != nil {
+			<-window
+			sum.InputErr = err
+			break
+		}
+		r.read.Add(1)
+		q := queued{row: row, at: time.Now()}
+		if problem := r.validate(row); problem != "" {
+			r.finish(q, results.Row{Outcome: outcome.InvalidInput, Error: problem, StartedMs: -1})
+			continue
+		}
+		admitq <- q
+	}
+	close(admitq)
+	<-admitterDone
+	workers.Wait()
+	close(r.done)
+	writeErr := <-writerDone
+
+	sum.Rows = r.written.Load()
+	sum.Calls = r.calls.Load()
+	sum.Retries = r.retries.Load()
+	sum.MaxActive = r.maxActive.Load()
+	sum.Elapsed = time.Since(r.start)
+	if ctx.Err() != nil {
+		sum.Stop = StopInterrupted
+	} else if es, ok := context.Cause(r.admitCtx).(errStop); ok {
+		sum.Stop = es.reason
+	}
+	for c, n := range r.counts {
+		sum.Counts[c] = n
+	}
+	return sum, writeErr
+}
+
+type queued struct {
+	row input.Row
+	at  time.Time
+}
+
+func (r *run) validate(row input.Row) string {
+	if row.Problem != "" {
+		return row.Problem
+	}
+	id := strings.TrimSpace(row.ID)
+	if id == "" {
+		return "missing request id"
+	}
+	// Ids are remembered as 64-bit hashes: 8 bytes a row rather than the
+	// whole id; a false duplicate needs a collision of odds 2^-64.
+	h := maphash.String(r.seed, id)
+	if _, dup := r.ids[h]; dup {
+		return "duplicate request id"
+	}
+	r.ids[h] = struct{}{}
+	if strings.TrimSpace(row.Text) == "" {
+		return "blank text"
+	}
+	if n := utf8.RuneCountInString(row.Text); n > r.cfg.MaxChars {
+		return fmt.Sprintf("text has %d characters, over --max-chars %d", n, r.cfg.MaxChars)
+	}
+	return ""
+}
+
+// admit takes rows in order and gives each a slot, or records why not.
+func (r *run) admit(admitq <-chan queued, workers *sync.WaitGroup) {
+	for q := range admitq {
+		if r.admitCtx.Err() != nil {
+			r.finishNotAttempted(q)
+			continue
+		}
+		actx, cancel := r.admitCtx, context.CancelFunc(func() {})
+		if r.cfg.AdmissionWait > 0 {
+			actx, cancel = context.WithDeadline(r.admitCtx, q.at.Add(r.cfg.AdmissionWait))
+		}
+		err := r.slots.Acquire(actx, 1)
+		cancel()
+		if err != nil {
+			if r.admitCtx.Err() != nil {
+				r.finishNotAttempted(q)
+			} else {
+				r.finish(q, results.Row{Outcome: outcome.LocalCapacity, StartedMs: -1,
+					Error: fmt.Sprintf("no free slot within --admission-wait %s", r.cfg.AdmissionWait)})
+			}
+			continue
+		}
+		n := r.active.Add(1)
+		for m := r.maxActive.Load(); n > m && !r.maxActive.CompareAndSwap(m, n); m = r.maxActive.Load() {
+		}
+		workers.Add(1)
+		go func() {
+			defer workers.Done()
+			res := r.call(q)
+			r.active.Add(-1)
+			r.slots.Release(1)
+			r.finish(q, res)
+		}()
+	}
+}
+
+func (r *run) finishNotAttempted(q queued) {
+	reason := StopInterrupted
+	if es, ok := context.Cause(r.admitCtx).(errStop); ok {
+		reason = es.reason
+	}
+	r.finish(q, results.Row{Outcome: outcome.NotAttempted, StartedMs: -1, Error: "not sent: " + string(reason)})
+}
+
+// call asks the classifier for one row and maps the answer to a result.
+func (r *run) call(q queued) results.Row {
+	started := time.Now()
+	res := results.Row{StartedMs: r.ms(started), Model: r.cls.Model()}
+	ctx, cancel := context.WithTimeout(r.callCtx, r.cfg.RowDeadline)
+	defer cancel()
+	trace := &provider.Trace{}
+	ans, err := r.cls.Classify(provider.WithTrace(ctx, trace), []string{q.row.Text})
+	res.LatencyMs = time.Since(started).Milliseconds()
+	res.Attempts = trace.Attempts()
+	r.calls.Add(int64(res.Attempts))
+	if res.Attempts > 1 {
+		r.retries.Add(int64(res.Attempts - 1))
+	}
+	if err == nil && len(ans.Predictions) != 1 {
+		err = &provider.Error{Outcome: outcome.UpstreamPayload, Msg: "answer has no prediction"}
+	}
+	if err != nil {
+		res.Outcome, res.Error = r.classifyError(err, ctx)
+		if res.Outcome == outcome.UpstreamAuth {
+			r.authLog.Do(func() {
+				r.cfg.Logger.Error("the provider rejected the token (HTTP 401/403): no more rows will be sent; check HF_TOKEN or the token file, or use --provider local")
+				r.stopAdmit(errStop{StopAuth})
+			})
+		}
+		return res
+	}
+	p := ans.Predictions[0]
+	res.Label, res.Score = p.Label, p.Score
+	if ans.Model != "" {
+		res.Model = ans.Model
+	}
+	res.Outcome = outcome.Success
+	if ans.Fallback {
+		res.Outcome = outcome.Fallback
+	}
+	return res
+}
+
+func (r *run) classifyError(err error, rowCtx context.Context) (outcome.Code, string) {
+	if pe, ok := provider.AsError(err); ok {
+		if pe.Status != 0 {
+			return pe.Outcome, fmt.Sprintf("HTTP %d: %s", pe.Status, pe.Msg)
+		}
+		return pe.Outcome, pe.Msg
+	}
+	switch {
+	case r.callCtx.Err() != nil:
+		return outcome.NotAttempted, "interrupted before an answer came"
+	case errors.Is(rowCtx.Err(), context.DeadlineExceeded):
+		return outcome.UpstreamTimeout, fmt.Sprintf("no answer within --row-deadline %s", r.cfg.RowDeadline)
+	}
+	return outcome.UpstreamFailed, "call failed"
+}
+
+func (r *run) ms(t time.Time) int64 { return t.Sub(r.start).Milliseconds() }
+
+func (r *run) sinceStart() time.Duration { return time.Since(r.start) }
+
+// finish completes a row and hands it to the writer.
+func (r *run) finish(q queued, res results.Row) {
+	res.Seq = q.row.Seq
+	res.RequestID = strings.TrimSpace(q.row.ID)
+	res.QueuedMs = r.ms(q.at)
+	res.FinishedMs = r.ms(time.Now())
+	if r.cfg.IncludeText {
+		res.Text = q.row.Text
+	}
+	r.done <- res
+}

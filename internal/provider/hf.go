@@ -1,0 +1,231 @@
+package provider
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/hfsent/hfsent/internal/outcome"
+)
+
+// DefaultModel is the model asked when none is given.
+const DefaultModel = "distilbert/distilbert-base-uncased-finetuned-sst-2-english"
+
+// DefaultEndpoint is the serverless router URL; {model} is replaced.
+const DefaultEndpoint = "https://router.huggingface.co/hf-inference/models/{model}"
+
+// maxBody bounds how much of an answer is read: a classification answer is a
+// few hundred bytes per input, so anything near this is not one.
+const maxBody = 4 << 20
+
+// HFConfig configures an HF client.
+type HFConfig struct {
+	Model    string
+	Endpoint string // full URL; "{model}" is replaced; empty means DefaultEndpoint
+	Token    string // may be empty with a custom endpoint
+	// Concurrency sizes the connection pool: one connection per call in flight.
+	Concurrency    int
+	Timeout        time.Duration // one attempt, end to end (headers and body)
+	ConnectTimeout time.Duration
+	UserAgent      string
+	// Client overrides the HTTP client (tests); nil builds one from the above.
+	Client *http.Client
+	// OnCall, if set, is called once per HTTP request sent and again with its
+	// result; it feeds counters without the client knowing about them.
+	OnCall func(err error, d time.Duration)
+}
+
+// HF is the Hugging Face text-classification HTTP client.
+type HF struct {
+	cfg    HFConfig
+	url    string
+	client *http.Client
+}
+
+// NewHTTPClient builds the one shared client: a transport whose pool holds a
+// connection per call in flight, an explicit connect timeout, and no overall
+// client timeout (each attempt carries its own deadline through its context).
+func NewHTTPClient(concurrency int, connectTimeout time.Duration) *http.Client {
+	if concurrency < 1 {
+		concurrency = 1
+	}
+	dialer := &net.Dialer{Timeout: connectTimeout, KeepAlive: 30 * time.Second}
+	tr := &http.Transport{
+		Proxy:                 http.ProxyFromEnvironment,
+		DialContext:           dialer.DialContext,
+		ForceAttemptHTTP2:     true,
+		MaxIdleConns:          concurrency * 2,
+		MaxIdleConnsPerHost:   concurrency,
+		MaxConnsPerHost:       concurrency,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   connectTimeout,
+		ExpectContinueTimeout: time.Second,
+	}
+	return &http.Client{Transport: tr}
+}
+
+// NewHF returns a client for cfg.
+func NewHF(cfg HFConfig) (*HF, error) {
+	if cfg.Model == "" {
+		cfg.Model = DefaultModel
+	}
+	ep := cfg.Endpoint
+	if ep == "" {
+		ep = DefaultEndpoint
+	}
+	url := strings.ReplaceAll(ep, "{model}", cfg.Model)
+	if !strings.HasPrefix(url, "http://") && !strings.HasPrefix(url, "https://") {
+		return nil, fmt.Errorf("endpoint %q is not an http(s) URL", ep)
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = 12 * time.Second
+	}
+	if cfg.ConnectTimeout <= 0 {
+		cfg.ConnectTimeout = 3 * time.Second
+	}
+	if cfg.UserAgent == "" {
+		cfg.UserAgent = "hfsent"
+	}
+	c := cfg.Client
+	if c == nil {
+		c = NewHTTPClient(cfg.Concurrency, cfg.ConnectTimeout)
+	}
+	return &HF{cfg: cfg, url: url, client: c}, nil
+}
+
+// Model implements Classifier.
+func (h *HF) Model() string { return h.cfg.Model }
+
+// URL is the address the client posts to.
+func (h *HF) URL() string { return h.url }
+
+type request struct {
+	Inputs     any            `json:"inputs"`
+	Parameters map[string]int `json:"parameters"`
+}
+
+// Classify sends one attempt. It never retries.
+func (h *HF) Classify(ctx context.Context, texts []string) (Answer, error) {
+	if len(texts) == 0 {
+		return Answer{}, &Error{Outcome: outcome.InvalidInput, Msg: "no text"}
+	}
+	var inputs any = texts[0]
+	if len(texts) > 1 {
+		inputs = texts
+	}
+	payload, err := json.Marshal(request{Inputs: inputs, Parameters: map[string]int{"top_k": 1}})
+	if err != nil {
+		return Answer{}, &Error{Outcome: outcome.InvalidInput, Msg: "text cannot be encoded", Err: err}
+	}
+	if err := ctx.Err(); err != nil {
+		return Answer{}, err
+	}
+	actx, cancel := context.WithTimeout(ctx, h.cfg.Timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(actx, http.MethodPost, h.url, bytes.NewReader(payload))
+	if err != nil {
+		return Answer{}, &Error{Outcome: outcome.UpstreamFailed, Msg: "bad request URL", Err: err}
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json")
+	req.Header.Set("User-Agent", h.cfg.UserAgent)
+	if h.cfg.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+h.cfg.Token)
+	}
+	if waitForModel(ctx) {
+		req.Header.Set("X-Wait-For-Model", "1")
+	}
+	if t := TraceFrom(ctx); t != nil {
+		t.AddAttempt()
+	}
+	start := time.Now()
+	ans, err := h.do(ctx, actx, req, len(texts))
+	if h.cfg.OnCall != nil {
+		h.cfg.OnCall(err, time.Since(start))
+	}
+	return ans, err
+}
+
+func (h *HF) do(ctx, actx context.Context, req *http.Request, n int) (Answer, error) {
+	resp, err := h.client.Do(req)
+	if err != nil {
+		return Answer{}, h.transportError(ctx, actx, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxBody+1))
+	if err != nil {
+		return Answer{}, h.transportError(ctx, actx, err)
+	}
+	if resp.StatusCode == http.StatusOK {
+		if len(body) > maxBody {
+			return Answer{}, &Error{Outcome: outcome.UpstreamPayload, Status: 200, Msg: "answer larger than 4 MiB"}
+		}
+		preds, err := ParseAnswer(body, n)
+		if err != nil {
+			return Answer{}, &Error{Outcome: outcome.UpstreamPayload, Status: 200, Msg: "not a classification: " + err.Error()}
+		}
+		return Answer{Predictions: preds, Model: h.cfg.Model}, nil
+	}
+	return Answer{}, statusError(resp, body, time.Now())
+}
+
+// transportError classifies a failure with no HTTP answer.
+func (h *HF) transportError(ctx, actx context.Context, err error) error {
+	if ctx.Err() != nil {
+		// The row or the run was cancelled: not the provider's fault.
+		return ctx.Err()
+	}
+	if errors.Is(actx.Err(), context.DeadlineExceeded) {
+		return &Error{Outcome: outcome.UpstreamTimeout, Msg: fmt.Sprintf("no answer within %s", h.cfg.Timeout), Err: err}
+	}
+	msg := "connection failed"
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		msg = "connection timed out"
+	}
+	return &Error{Outcome: outcome.UpstreamFailed, Msg: msg, Err: err}
+}
+
+// statusError maps a non-200 answer to the outcome table. The body is read
+// only for the loading signal; it is never echoed.
+func statusError(resp *http.Response, body []byte, now time.Time) *Error {
+	code := resp.StatusCode
+	e := &Error{Status: code}
+	e.RetryAfter = ParseRetryAfter(resp.Header.Get("Retry-After"), now)
+	if e.RetryAfter == 0 {
+		e.RetryAfter = ParseRateLimit(resp.Header.Get("RateLimit"))
+	}
+	switch {
+	case code == 401 || code == 403:
+		e.Outcome, e.Msg = outcome.UpstreamAuth, "token rejected"
+	case code == 429:
+		e.Outcome, e.Msg = outcome.UpstreamRateLimited, "rate limited"
+	case code == 402:
+		e.Outcome, e.Msg = outcome.UpstreamRequestRejected, "payment required (quota exhausted)"
+	case code == 413:
+		e.Outcome, e.Msg = outcome.UpstreamRequestRejected, "request too large"
+	case code >= 400 && code < 500:
+		e.Outcome, e.Msg = outcome.UpstreamRequestRejected, "request rejected"
+	case code == 503:
+		e.Outcome, e.Msg = outcome.UpstreamFailed, "service unavailable"
+		if loading, est := parseLoading(body); loading {
+			e.Loading = true
+			e.Msg = "model is loading"
+			if e.RetryAfter == 0 {
+				e.RetryAfter = est
+			}
+		}
+	case code >= 500:
+		e.Outcome, e.Msg = outcome.UpstreamFailed, "server error"
+	default:
+		e.Outcome, e.Msg = outcome.UpstreamFailed, "unexpected status"
+	}
+	return e
+}

@@ -1,0 +1,77 @@
+// Package provider holds the model clients (the Hugging Face HTTP API and the
+// embedded offline model) behind one small interface, and the error table
+// that turns every provider failure into a stable outcome code.
+//
+// Retries, limits, the breaker and fallback live in package resilience and
+// wrap a Classifier; nothing here retries.
+package provider
+
+import (
+	"context"
+	"sync/atomic"
+)
+
+// Prediction is the top label for one text.
+type Prediction struct {
+	Label string
+	Score float64
+}
+
+// Answer is what one Classify call returns on success.
+type Answer struct {
+	// Predictions holds exactly one entry per input text, in order.
+	Predictions []Prediction
+	// Model names the model that answered (it differs from the configured
+	// one when a fallback answered).
+	Model string
+	// Fallback is set when the fallback model answered because the primary
+	// could not be asked.
+	Fallback bool
+}
+
+// Classifier labels texts. Implementations must be safe for concurrent use.
+// On failure the error is a *Error (or the context's error when ctx ended).
+type Classifier interface {
+	Classify(ctx context.Context, texts []string) (Answer, error)
+	// Model names the model this classifier asks.
+	Model() string
+}
+
+// Trace collects what happened during one row's calls. The engine puts one
+// in the context (like net/http/httptrace) so that decorators deep in the
+// chain can report without widening the Classifier interface.
+type Trace struct {
+	attempts atomic.Int32
+}
+
+// Attempts is the number of calls actually sent to a provider.
+func (t *Trace) Attempts() int { return int(t.attempts.Load()) }
+
+// AddAttempt records one call sent.
+func (t *Trace) AddAttempt() { t.attempts.Add(1) }
+
+type traceKey struct{}
+
+// WithTrace returns a context carrying t.
+func WithTrace(ctx context.Context, t *Trace) context.Context {
+	return context.WithValue(ctx, traceKey{}, t)
+}
+
+// TraceFrom returns the trace in ctx, or nil.
+func TraceFrom(ctx context.Context) *Trace {
+	t, _ := ctx.Value(traceKey{}).(*Trace)
+	return t
+}
+
+type waitForModelKey struct{}
+
+// WithWaitForModel asks the HF client to send X-Wait-For-Model: 1, which the
+// API honours by holding the request until a loading model is ready.
+func WithWaitForModel(ctx context.Context) context.Context {
+	return context.WithValue(ctx, waitForModelKey{}, true)
+}
+
+func waitForModel(ctx context.Context) bool {
+	v, _ := ctx.Value(waitForModelKey{}).(bool)
+	return v
+}

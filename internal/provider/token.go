@@ -1,0 +1,77 @@
+package provider
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// Token is a resolved Hugging Face token and where it came from. Source is
+// safe to print; Value never is.
+type Token struct {
+	Value  string
+	Source string
+}
+
+// String hides the value so that a stray %v cannot leak it.
+func (t Token) String() string {
+	if t.Value == "" {
+		return "no token"
+	}
+	return "token from " + t.Source
+}
+
+// ResolveToken finds the token in the order huggingface_hub uses: HF_TOKEN,
+// then the token file at $HF_TOKEN_PATH, else $HF_HOME/token, else
+// $XDG_CACHE_HOME/huggingface/token, else ~/.cache/huggingface/token. getenv is os.Getenv outside tests.
+func ResolveToken(getenv func(string) string) (Token, error) {
+	if v := strings.TrimSpace(getenv("HF_TOKEN")); v != "" {
+		return Token{Value: v, Source: "HF_TOKEN"}, nil
+	}
+	path := TokenPath(getenv)
+	if path == "" {
+		return Token{}, nil
+	}
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return Token{}, nil
+	}
+	if err != nil {
+		return Token{}, errors.New("cannot read token file " + path + ": " + pathErr(err))
+	}
+	v := strings.TrimSpace(string(b))
+	if v == "" {
+		return Token{}, nil
+	}
+	return Token{Value: v, Source: path}, nil
+}
+
+// TokenPath is where the token file is looked for.
+func TokenPath(getenv func(string) string) string {
+	if p := getenv("HF_TOKEN_PATH"); p != "" {
+		return p
+	}
+	if h := getenv("HF_HOME"); h != "" {
+		return filepath.Join(h, "token")
+	}
+	if x := getenv("XDG_CACHE_HOME"); x != "" {
+		return filepath.Join(x, "huggingface", "token")
+	}
+	if h := getenv("HOME"); h != "" {
+		return filepath.Join(h, ".cache", "huggingface", "token")
+	}
+	if h, err := os.UserHomeDir(); err == nil {
+		return filepath.Join(h, ".cache", "huggingface", "token")
+	}
+	return ""
+}
+
+func pathErr(err error) string {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err.Error()
+	}
+	return err.Error()
+}

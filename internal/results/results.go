@@ -1,0 +1,118 @@
+// Package results holds the results CSV: its columns, a writer that makes
+// every written row durable at once, and a reader for report and resume.
+package results
+
+import (
+	"encoding/csv"
+	"errors"
+	"io"
+	"math"
+	"strconv"
+	"sync"
+
+	"github.com/hfsent/hfsent/internal/outcome"
+)
+
+// Columns is the header of a results file, in order; "text" is appended when
+// the input text is copied.
+var columns = []string{"request_id", "status", "label", "score", "outcome", "model",
+	"attempts", "latency_ms", "error", "queued_ms", "started_ms", "finished_ms"}
+
+// Columns returns the header, with the text column when includeText is set.
+func Columns(includeText bool) []string {
+	c := append([]string(nil), columns...)
+	if includeText {
+		c = append(c, "text")
+	}
+	return c
+}
+
+// Row is one result. Times are milliseconds since the run began; StartedMs
+// is -1 for a row that was never sent.
+type Row struct {
+	Seq        int64 // input position; not written
+	RequestID  string
+	Label      string
+	Score      float64
+	Outcome    outcome.Code
+	Model      string
+	Attempts   int
+	LatencyMs  int64
+	Error      string
+	QueuedMs   int64
+	StartedMs  int64
+	FinishedMs int64
+	Text       string
+}
+
+// Status is the HTTP status for the row's outcome.
+func (r Row) Status() int { return r.Outcome.Status() }
+
+func (r Row) record(dst []string, includeText bool) []string {
+	dst = dst[:0]
+	score, started, latency := "", "", ""
+	if r.Label != "" {
+		score = strconv.FormatFloat(math.Round(r.Score*1e4)/1e4, 'f', -1, 64)
+	}
+	if r.StartedMs >= 0 {
+		started = strconv.FormatInt(r.StartedMs, 10)
+		latency = strconv.FormatInt(r.LatencyMs, 10)
+	}
+	dst = append(dst, r.RequestID, strconv.Itoa(r.Status()), r.Label, score, string(r.Outcome),
+		r.Model, strconv.Itoa(r.Attempts), latency, r.Error,
+		strconv.FormatInt(r.QueuedMs, 10), started, strconv.FormatInt(r.FinishedMs, 10))
+	if includeText {
+		dst = append(dst, r.Text)
+	}
+	return dst
+}
+
+// Writer writes result rows and flushes after every Write, so that a row is
+// in the file (in the kernel's hands) as soon as it is written: a kill -9
+// loses nothing already written.
+type Writer struct {
+	mu          sync.Mutex
+	cw          *csv.Writer
+	includeText bool
+	rec         []string
+	frozen      bool
+}
+
+// NewWriter writes the header to w.
+func NewWriter(w io.Writer, includeText bool) (*Writer, error) {
+	rw := &Writer{cw: csv.NewWriter(w), includeText: includeText}
+	if err := rw.cw.Write(Columns(includeText)); err != nil {
+		return nil, err
+	}
+	rw.cw.Flush()
+	return rw, rw.cw.Error()
+}
+
+// Write appends rows and flushes them.
+func (w *Writer) Write(rows []Row) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.frozen {
+		return ErrFrozen
+	}
+	for _, r := range rows {
+		w.rec = r.record(w.rec, w.includeText)
+		if err := w.cw.Write(w.rec); err != nil {
+			return err
+		}
+	}
+	w.cw.Flush()
+	return w.cw.Error()
+}
+
+// Freeze waits for a write in progress to end and refuses all later ones, so
+// that the process can exit at once (a second Ctrl-C) without leaving a torn
+// row.
+func (w *Writer) Freeze() {
+	w.mu.Lock()
+	w.frozen = true
+	w.mu.Unlock()
+}
+
+// ErrFrozen is returned by Write after Freeze.
+var ErrFrozen = errors.New("results writer closed")
