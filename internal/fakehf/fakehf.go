@@ -49,8 +49,13 @@ type Fake struct {
 
 // Start runs f on a loopback server; Close it when done.
 func Start(f *Fake) *httptest.Server {
+	return httptest.NewServer(Handler(f))
+}
+
+// Handler prepares f to serve and returns it.
+func Handler(f *Fake) http.Handler {
 	f.seen = map[string]int{}
-	return httptest.NewServer(f)
+	return f
 }
 
 // Calls is the number of requests received.
