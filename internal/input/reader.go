@@ -170,7 +170,13 @@ func clean(s string) string {
 func parseError(name string, err error) error {
 	var pe *csv.ParseError
 	if errors.As(err, &pe) {
-		return &Error{Name: name, Line: pe.Line, Msg: "cannot parse CSV: " + pe.Err.Error()}
+		// StartLine is where the bad record begins: an unclosed quote is
+		// only noticed lines later, at the end of the file.
+		msg := "cannot parse CSV: " + pe.Err.Error()
+		if pe.Line != pe.StartLine {
+			msg += fmt.Sprintf(" (noticed at line %d)", pe.Line)
+		}
+		return &Error{Name: name, Line: pe.StartLine, Msg: msg}
 	}
 	return &Error{Name: name, Msg: "cannot read: " + err.Error()}
 }

@@ -1,0 +1,133 @@
+package provider
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParseAnswerNestedAndFlat(t *testing.T) {
+	cases := []struct {
+		name, body string
+		n          int
+		want       []Prediction
+	}{
+		{"nested top_k=1", `[[{"label":"POSITIVE","score":0.9987}]]`, 1, []Prediction{{"POSITIVE", 0.9987}}},
+		{"nested all labels picks best", `[[{"label":"NEGATIVE","score":0.1},{"label":"POSITIVE","score":0.9}]]`, 1, []Prediction{{"POSITIVE", 0.9}}},
+		{"flat single input", `[{"label":"NEGATIVE","score":0.7},{"label":"POSITIVE","score":0.3}]`, 1, []Prediction{{"NEGATIVE", 0.7}}},
+		{"nested batch", `[[{"label":"POSITIVE","score":0.8}],[{"label":"NEGATIVE","score":0.6}]]`, 2, []Prediction{{"POSITIVE", 0.8}, {"NEGATIVE", 0.6}}},
+		{"flat batch one per input", `[{"label":"POSITIVE","score":0.8},{"label":"NEGATIVE","score":0.6}]`, 2, []Prediction{{"POSITIVE", 0.8}, {"NEGATIVE", 0.6}}},
+		{"whitespace around", " \n[[{\"label\":\"LABEL_1\",\"score\":1}]]\n", 1, []Prediction{{"LABEL_1", 1}}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got, err := ParseAnswer([]byte(c.body), c.n)
+			if err != nil {
+				t.Fatalf("ParseAnswer: %v", err)
+			}
+			if len(got) != len(c.want) {
+				t.Fatalf("got %d predictions, want %d", len(got), len(c.want))
+			}
+			for i := range got {
+				if got[i] != c.want[i] {
+					t.Errorf("prediction %d = %+v, want %+v", i, got[i], c.want[i])
+				}
+			}
+		})
+	}
+}
+
+func TestParseAnswerRejectsNonClassifications(t *testing.T) {
+	for _, body := range []string{
+		``, `null`, `{}`, `{"error":"x"}`, `"POSITIVE"`, `[]`, `[[]]`,
+		`[{"label":"POSITIVE"}]`, `[{"score":0.5}]`, `[{"label":"","score":0.5}]`,
+		`[{"label":"POSITIVE","score":1.5}]`, `[{"label":"POSITIVE","score":-0.1}]`,
+		`[[{"label":"POSITIVE","score":0.5}],[{"label":"NEGATIVE","score":0.5}]]`, // 2 results for 1 input
+		`[{"generated_text":"hello"}]`, `[[{"label":1,"score":0.5}]]`,
+	} {
+		if got, err := ParseAnswer([]byte(body), 1); err == nil {
+			t.Errorf("ParseAnswer(%q) = %+v, want an error", body, got)
+		}
+	}
+	if _, err := ParseAnswer([]byte(`[[{"label":"A","score":0.5}]]`), 2); err == nil {
+		t.Error("1 result for 2 inputs must be an error")
+	}
+}
+
+func FuzzParseAnswer(f *testing.F) {
+	for _, s := range []string{
+		`[[{"label":"POSITIVE","score":0.9987}]]`, `[{"label":"NEGATIVE","score":0.7}]`,
+		`[[{"label":"A","score":0.1},{"label":"B","score":0.2}],[{"label":"C","score":1}]]`,
+		`{"error":"Model is currently loading","estimated_time":20.0}`, `[`, `[[[]]]`, `[null]`, `[[null]]`,
+	} {
+		f.Add([]byte(s), 1)
+		f.Add([]byte(s), 2)
+	}
+	f.Fuzz(func(t *testing.T, body []byte, n int) {
+		if n < -1 || n > 64 {
+			return
+		}
+		preds, err := ParseAnswer(body, n)
+		if err != nil {
+			return
+		}
+		if len(preds) != n {
+			t.Fatalf("%d predictions for %d inputs", len(preds), n)
+		}
+		for _, p := range preds {
+			if p.Label == "" || p.Score < 0 || p.Score > 1 {
+				t.Fatalf("bad prediction %+v", p)
+			}
+		}
+		_, _ = parseLoading(body)
+	})
+}
+
+func TestParseRetryAfter(t *testing.T) {
+	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	cases := map[string]time.Duration{
+		"":                              0,
+		"1":                             time.Second,
+		"0.5":                           500 * time.Millisecond,
+		" 3 ":                           3 * time.Second,
+		"-4":                            0,
+		"soon":                          0,
+		"NaN":                           0,
+		now.Add(7 * time.Second).Format(http.TimeFormat): 7 * time.Second,
+		now.Add(-time.Minute).Format(http.TimeFormat):    0,
+	}
+	for in, want := range cases {
+		if got := ParseRetryAfter(in, now); got != want {
+			t.Errorf("ParseRetryAfter(%q) = %v, want %v", in, got, want)
+		}
+	}
+}
+
+func TestParseRateLimit(t *testing.T) {
+	cases := map[string]time.Duration{
+		`"api";r=0;t=55`: 55 * time.Second,
+		`"api";r=3;t=55`: 0,
+		`"api";r=0`:      0,
+		``:               0,
+		`garbage`:        0,
+	}
+	for in, want := range cases {
+		if got := ParseRateLimit(in); got != want {
+			t.Errorf("ParseRateLimit(%q) = %v, want %v", in, got, want)
+		}
+	}
+}
+
+func TestParseLoading(t *testing.T) {
+	loading, est := parseLoading([]byte(`{"error":"Model distilbert/x is currently loading","estimated_time":20.5}`))
+	if !loading || est != 20500*time.Millisecond {
+		t.Fatalf("loading=%v est=%v", loading, est)
+	}
+	if loading, _ := parseLoading([]byte(`{"error":"Service Unavailable"}`)); loading {
+		t.Fatal("a plain 503 is not loading")
+	}
+	if !strings.Contains(DefaultEndpoint, "{model}") {
+		t.Fatal("default endpoint must carry {model}")
+	}
+}
