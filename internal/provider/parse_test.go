@@ -87,13 +87,13 @@ func FuzzParseAnswer(f *testing.F) {
 func TestParseRetryAfter(t *testing.T) {
 	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
 	cases := map[string]time.Duration{
-		"":                              0,
-		"1":                             time.Second,
-		"0.5":                           500 * time.Millisecond,
-		" 3 ":                           3 * time.Second,
-		"-4":                            0,
-		"soon":                          0,
-		"NaN":                           0,
+		"":     0,
+		"1":    time.Second,
+		"0.5":  500 * time.Millisecond,
+		" 3 ":  3 * time.Second,
+		"-4":   0,
+		"soon": 0,
+		"NaN":  0,
 		now.Add(7 * time.Second).Format(http.TimeFormat): 7 * time.Second,
 		now.Add(-time.Minute).Format(http.TimeFormat):    0,
 	}

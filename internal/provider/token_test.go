@@ -2,9 +2,9 @@ package provider
 
 import (
 	"fmt"
-	"strings"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
