@@ -109,7 +109,7 @@ type Summary struct {
 
 // OK reports whether every row ended success or fallback.
 func (s Summary) OK() bool {
-	return s.Rows == s.Counts[outcome.Success]+s.Counts[outcome.Fallback] && s.InputErr == nil && s.Stop == StopNone
+	return s.Rows == s.Counts[outcome.Success]+s.Counts[outcome.Fallback] && s.InputErr == nil
 }
 
 type run struct {
