@@ -17,6 +17,7 @@ import (
 
 	"github.com/hfsent/hfsent/internal/engine"
 	"github.com/hfsent/hfsent/internal/input"
+	"github.com/hfsent/hfsent/internal/resilience"
 	"github.com/hfsent/hfsent/internal/results"
 )
 
@@ -119,18 +120,6 @@ func (o *classifyOptions) validate() error {
 // silently ignoring them.
 func (o *classifyOptions) notYet() error {
 	var asked []string
-	if o.prov.retries > 0 && o.prov.provider == "hf" {
-		asked = append(asked, "--retries above 0 (use --retries 0)")
-	}
-	if o.prov.rps > 0 {
-		asked = append(asked, "--rps")
-	}
-	if o.prov.adaptive {
-		asked = append(asked, "--adaptive")
-	}
-	if o.prov.fallbackModel != "" {
-		asked = append(asked, "--fallback-model")
-	}
 	if o.batchSize > 1 {
 		asked = append(asked, "--batch-size above 1")
 	}
@@ -156,7 +145,8 @@ func runClassify(ctx context.Context, o *classifyOptions, ios *IOStreams, log *s
 	if err != nil {
 		return usageError(err)
 	}
-	cls, err := o.prov.build(ios, log)
+	counters := &resilience.Counters{}
+	cls, err := o.prov.build(ios, log, counters)
 	if err != nil {
 		return err
 	}
@@ -174,6 +164,9 @@ func runClassify(ctx context.Context, o *classifyOptions, ios *IOStreams, log *s
 	defer stopSignals()
 
 	bar := newProgress(ios, o, total)
+	if o.prov.adaptive {
+		bar.showLimit(counters.Limit)
+	}
 	sum, runErr := engine.Run(ctx, src, sink, cls, engine.Config{
 		Concurrency:   o.prov.concurrency,
 		AdmissionWait: o.prov.admissionWait,
@@ -189,10 +182,11 @@ func runClassify(ctx context.Context, o *classifyOptions, ios *IOStreams, log *s
 		runErr = err
 	}
 
-	fmt.Fprintln(ios.ErrOut, summaryLine(sum))
+	stats := counters.Snapshot(sum.Elapsed)
+	fmt.Fprintln(ios.ErrOut, summaryLine(sum, stats))
 	code := exitFor(sum, runErr)
 	if o.summaryJSON != "" {
-		if err := writeSummaryJSON(o.summaryJSON, sum, code); err != nil {
+		if err := writeSummaryJSON(o.summaryJSON, sum, stats, code); err != nil {
 			log.Error("cannot write --summary-json", "path", o.summaryJSON, "err", err)
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/hfsent/hfsent/internal/provider"
+	"github.com/hfsent/hfsent/internal/resilience"
 )
 
 // providerOptions are the provider and limit flags that classify, serve and
@@ -82,12 +83,16 @@ func (o *providerOptions) validate() error {
 	if o.breakerWindow <= 0 || o.breakerCooldown <= 0 || o.breakerMinCalls < 1 {
 		return usageErrorf("--breaker-window and --breaker-cooldown must be > 0, --breaker-min-calls >= 1")
 	}
+	if fb := strings.TrimSpace(o.fallbackModel); o.fallbackModel != "" && (fb == "" || fb == o.model) {
+		return usageErrorf("--fallback-model must name another model (or local), got %q", o.fallbackModel)
+	}
 	return nil
 }
 
 // build makes the classifier chain: the provider client, wrapped by the
-// policies the flags ask for.
-func (o *providerOptions) build(ios *IOStreams, log *slog.Logger) (provider.Classifier, error) {
+// policies the flags ask for (internal/resilience), which report into
+// counters (nil: not reported).
+func (o *providerOptions) build(ios *IOStreams, log *slog.Logger, counters *resilience.Counters) (provider.Classifier, error) {
 	if o.provider == "local" {
 		return provider.NewLocal(), nil
 	}
@@ -112,5 +117,52 @@ func (o *providerOptions) build(ios *IOStreams, log *slog.Logger) (provider.Clas
 		return nil, usageError(fmt.Errorf("--endpoint: %w", err))
 	}
 	log.Debug("provider", "url", hf.URL(), "token", tok.String())
-	return hf, nil
+	fb, err := o.buildFallback(tok.Value)
+	if err != nil {
+		return nil, err
+	}
+	return resilience.Build(hf, resilience.Config{
+		Retries:          o.retries,
+		RPS:              o.rps,
+		Burst:            o.burst,
+		Adaptive:         o.adaptive,
+		MaxConcurrency:   o.concurrency,
+		BreakerThreshold: o.breakerThreshold,
+		BreakerWindow:    o.breakerWindow,
+		BreakerMinCalls:  o.breakerMinCalls,
+		BreakerCooldown:  o.breakerCooldown,
+		Fallback:         fb,
+		Logger:           log,
+		Counters:         counters,
+	}), nil
+}
+
+// buildFallback makes the --fallback-model client: the embedded model, or
+// another model on the same API (a fixed --endpoint without {model} cannot
+// name another model, so the default router is used then).
+func (o *providerOptions) buildFallback(token string) (provider.Classifier, error) {
+	switch id := strings.TrimSpace(o.fallbackModel); id {
+	case "":
+		return nil, nil
+	case "local":
+		return provider.NewLocal(), nil
+	default:
+		ep := o.endpoint
+		if !strings.Contains(ep, "{model}") {
+			ep = ""
+		}
+		fb, err := provider.NewHF(provider.HFConfig{
+			Model:          id,
+			Endpoint:       ep,
+			Token:          token,
+			Concurrency:    o.concurrency,
+			Timeout:        o.timeout,
+			ConnectTimeout: o.connectTimeout,
+			UserAgent:      "hfsent/" + version,
+		})
+		if err != nil {
+			return nil, usageError(fmt.Errorf("--fallback-model: %w", err))
+		}
+		return fb, nil
+	}
 }

@@ -12,9 +12,17 @@ import (
 
 // progress draws the bar on stderr; a nil *progress draws nothing.
 type progress struct {
-	mu   sync.Mutex
-	bar  *progressbar.ProgressBar
-	last time.Time
+	mu    sync.Mutex
+	bar   *progressbar.ProgressBar
+	last  time.Time
+	limit func() int // the adaptive limit, when --adaptive
+}
+
+// showLimit adds the adaptive concurrency limit to the description.
+func (p *progress) showLimit(limit func() int) {
+	if p != nil {
+		p.limit = limit
+	}
 }
 
 func newProgress(ios *IOStreams, o *classifyOptions, total int64) *progress {
@@ -49,7 +57,11 @@ func (p *progress) update(s engine.Progress) {
 	// but a million rows would otherwise format a million strings.
 	if now := time.Now(); now.Sub(p.last) >= 100*time.Millisecond {
 		p.last = now
-		p.bar.Describe(fmt.Sprintf("ok=%d failed=%d active=%d", s.OK, s.Failed, s.Active))
+		desc := fmt.Sprintf("ok=%d failed=%d active=%d", s.OK, s.Failed, s.Active)
+		if p.limit != nil {
+			desc += fmt.Sprintf(" limit=%d", p.limit())
+		}
+		p.bar.Describe(desc)
 	}
 	_ = p.bar.Set64(s.Written)
 }

@@ -9,10 +9,11 @@ import (
 
 	"github.com/hfsent/hfsent/internal/engine"
 	"github.com/hfsent/hfsent/internal/outcome"
+	"github.com/hfsent/hfsent/internal/resilience"
 )
 
 // summaryLine is the one-line account printed on stderr at the end.
-func summaryLine(s engine.Summary) string {
+func summaryLine(s engine.Summary, r resilience.Stats) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "rows=%d", s.Rows)
 	for _, c := range outcome.All() {
@@ -24,6 +25,7 @@ func summaryLine(s engine.Summary) string {
 	if secs := s.Elapsed.Seconds(); secs > 0 {
 		fmt.Fprintf(&b, " rows/s=%.1f", float64(s.Rows)/secs)
 	}
+	b.WriteString(resilienceLine(r))
 	if s.Stop != engine.StopNone {
 		fmt.Fprintf(&b, " stopped=%q", string(s.Stop))
 	}
@@ -40,10 +42,12 @@ type summaryJSON struct {
 	RowsPerSec float64          `json:"rows_per_s"`
 	Stop       string           `json:"stop,omitempty"`
 	ExitCode   int              `json:"exit_code"`
+	Resilience resilienceJSON   `json:"resilience"`
 }
 
-func writeSummaryJSON(path string, s engine.Summary, code int) error {
+func writeSummaryJSON(path string, s engine.Summary, r resilience.Stats, code int) error {
 	out := summaryJSON{
+		Resilience: newResilienceJSON(r),
 		Rows:       s.Rows,
 		Outcomes:   map[string]int64{},
 		Calls:      s.Calls,

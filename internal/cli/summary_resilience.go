@@ -1,0 +1,60 @@
+package cli
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/hfsent/hfsent/internal/resilience"
+)
+
+// resilienceLine is the part of the summary line about the provider
+// policies: what the provider answered and what the policies did about it.
+func resilienceLine(r resilience.Stats) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, " provider_calls=%d 429s=%d timeouts=%d max_in_flight=%d calls/s=%.1f",
+		r.Calls, r.RateLimited, r.Timeouts, r.MaxInFlight, r.CallsPerSec)
+	if r.Cooldowns > 0 {
+		fmt.Fprintf(&b, " cooldowns=%d", r.Cooldowns)
+	}
+	if r.BreakerOpenings > 0 {
+		fmt.Fprintf(&b, " breaker_openings=%d breaker_open=%s", r.BreakerOpenings, r.BreakerOpen.Round(time.Millisecond))
+	}
+	if r.FallbackRows > 0 {
+		fmt.Fprintf(&b, " fallback_rows=%d", r.FallbackRows)
+	}
+	if r.Limit > 0 {
+		fmt.Fprintf(&b, " adaptive_limit=%d", r.Limit)
+	}
+	return b.String()
+}
+
+type resilienceJSON struct {
+	ProviderCalls   int64   `json:"provider_calls"`
+	Retries         int64   `json:"retries"`
+	RateLimited     int64   `json:"rate_limited_429s"`
+	Timeouts        int64   `json:"timeouts"`
+	Cooldowns       int64   `json:"cooldowns"`
+	BreakerOpenings int64   `json:"breaker_openings"`
+	BreakerOpenSec  float64 `json:"breaker_open_s"`
+	FallbackRows    int64   `json:"fallback_rows"`
+	MaxInFlight     int64   `json:"max_in_flight"`
+	AdaptiveLimit   int     `json:"adaptive_limit,omitempty"`
+	CallsPerSec     float64 `json:"calls_per_s"`
+}
+
+func newResilienceJSON(r resilience.Stats) resilienceJSON {
+	return resilienceJSON{
+		ProviderCalls:   r.Calls,
+		Retries:         r.Retries,
+		RateLimited:     r.RateLimited,
+		Timeouts:        r.Timeouts,
+		Cooldowns:       r.Cooldowns,
+		BreakerOpenings: r.BreakerOpenings,
+		BreakerOpenSec:  r.BreakerOpen.Seconds(),
+		FallbackRows:    r.FallbackRows,
+		MaxInFlight:     r.MaxInFlight,
+		AdaptiveLimit:   r.Limit,
+		CallsPerSec:     r.CallsPerSec,
+	}
+}

@@ -1,0 +1,91 @@
+package resilience
+
+import (
+	"sync/atomic"
+	"time"
+)
+
+// Counters are what the layers saw during a run. The caller makes one and
+// passes it to Build; every field is safe for concurrent use.
+type Counters struct {
+	Calls           atomic.Int64 // calls sent to the primary provider, retries included
+	Retries         atomic.Int64 // attempts after the first of a row
+	RateLimited     atomic.Int64 // 429 answers
+	Timeouts        atomic.Int64 // attempts that got no answer within --timeout
+	BreakerOpenings atomic.Int64 // closed (or half-open) -> open transitions
+	FallbackRows    atomic.Int64 // rows the fallback model answered
+
+	inFlight    atomic.Int64
+	maxInFlight atomic.Int64
+	limit       atomic.Int64 // current adaptive limit; 0 when --adaptive is off
+
+	openNanos atomic.Int64 // time spent not closed, finished spells
+	openedAt  atomic.Int64 // unix nanos of the current spell, 0 when closed
+	cooldowns atomic.Int64 // shared pauses started by a 429 with Retry-After
+}
+
+func (c *Counters) callStarted() {
+	n := c.inFlight.Add(1)
+	for m := c.maxInFlight.Load(); n > m && !c.maxInFlight.CompareAndSwap(m, n); m = c.maxInFlight.Load() {
+	}
+}
+
+func (c *Counters) callEnded() { c.inFlight.Add(-1) }
+
+// breakerOpened starts a spell unless one is running (half-open -> open
+// continues the same outage).
+func (c *Counters) breakerOpened(now time.Time) {
+	c.BreakerOpenings.Add(1)
+	c.openedAt.CompareAndSwap(0, now.UnixNano())
+}
+
+func (c *Counters) breakerClosed(now time.Time) {
+	if at := c.openedAt.Swap(0); at != 0 {
+		c.openNanos.Add(now.UnixNano() - at)
+	}
+}
+
+// Limit is the adaptive concurrency limit now (0 when not adaptive).
+func (c *Counters) Limit() int { return int(c.limit.Load()) }
+
+// Stats is a plain copy of the counters for summaries.
+type Stats struct {
+	Calls           int64
+	Retries         int64
+	RateLimited     int64
+	Timeouts        int64
+	BreakerOpenings int64
+	BreakerOpen     time.Duration // time the breaker was open or probing
+	FallbackRows    int64
+	Cooldowns       int64 // shared pauses after a 429 with Retry-After
+	MaxInFlight     int64
+	Limit           int // final adaptive limit; 0 when not adaptive
+	CallsPerSec     float64
+}
+
+// Snapshot copies the counters; elapsed is the run's wall time, for calls/s.
+func (c *Counters) Snapshot(elapsed time.Duration) Stats {
+	if c == nil {
+		return Stats{}
+	}
+	open := time.Duration(c.openNanos.Load())
+	if at := c.openedAt.Load(); at != 0 {
+		open += time.Since(time.Unix(0, at))
+	}
+	s := Stats{
+		Calls:           c.Calls.Load(),
+		Retries:         c.Retries.Load(),
+		RateLimited:     c.RateLimited.Load(),
+		Timeouts:        c.Timeouts.Load(),
+		BreakerOpenings: c.BreakerOpenings.Load(),
+		BreakerOpen:     open,
+		FallbackRows:    c.FallbackRows.Load(),
+		Cooldowns:       c.cooldowns.Load(),
+		MaxInFlight:     c.maxInFlight.Load(),
+		Limit:           c.Limit(),
+	}
+	if secs := elapsed.Seconds(); secs > 0 {
+		s.CallsPerSec = float64(s.Calls) / secs
+	}
+	return s
+}

@@ -1,0 +1,42 @@
+package resilience
+
+import (
+	"context"
+
+	"golang.org/x/time/rate"
+
+	"github.com/hfsent/hfsent/internal/provider"
+)
+
+// rateLayer paces calls with one token bucket shared by everything wrapped
+// with it (the primary's attempts and the fallback's rows).
+type rateLayer struct {
+	lim *rate.Limiter
+}
+
+func newRateLayer(rps float64, burst int) *rateLayer {
+	return &rateLayer{lim: rate.NewLimiter(rate.Limit(rps), burst)}
+}
+
+func (r *rateLayer) wrap(inner provider.Classifier) provider.Classifier {
+	return &rated{inner: inner, lim: r.lim}
+}
+
+type rated struct {
+	inner provider.Classifier
+	lim   *rate.Limiter
+}
+
+func (r *rated) Model() string { return r.inner.Model() }
+
+func (r *rated) Classify(ctx context.Context, texts []string) (provider.Answer, error) {
+	// Reserve and sleep rather than lim.Wait: Wait fails at once when the
+	// token comes after the deadline, which would end the row early with an
+	// error that is not the context's.
+	res := r.lim.Reserve()
+	if !sleep(ctx, res.Delay()) {
+		res.Cancel()
+		return provider.Answer{}, ctx.Err()
+	}
+	return r.inner.Classify(ctx, texts)
+}
