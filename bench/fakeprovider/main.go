@@ -1,6 +1,6 @@
 // Command fakeprovider serves the fake Hugging Face API (internal/fakehf) on
 // loopback for the benchmark scripts: a fixed latency, an optional capacity
-// beyond which calls get 429, and a share of random 503s.
+// beyond which calls get 429, a share of random 503s, and an outage window.
 package main
 
 import (
@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -22,26 +23,44 @@ import (
 func main() {
 	addr := flag.String("addr", "127.0.0.1:0", "listen address (loopback only)")
 	latency := flag.Duration("latency", 20*time.Millisecond, "time every call takes")
-	capacity := flag.Int("capacity", 0, "calls in flight beyond which the answer is 429 with Retry-After (0: no limit)")
-	retryAfter := flag.String("retry-after", "1", "Retry-After value sent with 429s")
+	capacity := flag.Int("capacity", 0, "calls in flight beyond which the answer is 429 (0: no limit)")
+	retryAfter := flag.String("retry-after", "1", "Retry-After value sent with 429s (empty: none)")
+	rejectFast := flag.Bool("reject-fast", false, "answer 429s at once instead of after -latency (a rate limiter at the door)")
 	fail := flag.Float64("fail", 0, "share of calls answered 503 (0..1)")
+	outageAfter := flag.Duration("outage-after", 0, "start of an outage, from the first call (with -outage-for)")
+	outageFor := flag.Duration("outage-for", 0, "length of the outage: every call is answered 500")
 	flat := flag.Bool("flat", false, "answer [{label,score}] rather than the nested form")
 	addrFile := flag.String("addr-file", "", "write the bound address to this file once listening")
 	flag.Parse()
 
-	var inFlight atomic.Int64
+	var inFlight, rejected, failed, outage atomic.Int64
+	var firstOnce sync.Once
+	var first time.Time
 	f := &fakehf.Fake{Latency: *latency, Flat: *flat}
 	f.Script = func(n int64, texts []string, r *http.Request) fakehf.Reply {
+		firstOnce.Do(func() { first = time.Now() })
+		if *outageFor > 0 {
+			if since := time.Since(first); since >= *outageAfter && since < *outageAfter+*outageFor {
+				outage.Add(1)
+				return fakehf.Reply{Status: 500}
+			}
+		}
 		if *fail > 0 && rand.Float64() < *fail {
+			failed.Add(1)
 			return fakehf.Reply{Status: 503}
 		}
 		if *capacity > 0 {
-			// Counted across the whole call so that a 429 is what an
-			// over-capacity provider sends.
+			// Counted across the whole call, as a provider counts the
+			// requests it holds.
 			cur := inFlight.Add(1)
 			go func() { <-r.Context().Done(); inFlight.Add(-1) }()
 			if cur > int64(*capacity) {
-				return fakehf.Reply{Status: 429, Header: map[string]string{"Retry-After": *retryAfter}}
+				rejected.Add(1)
+				rep := fakehf.Reply{Status: 429, Immediate: *rejectFast}
+				if *retryAfter != "" {
+					rep.Header = map[string]string{"Retry-After": *retryAfter}
+				}
+				return rep
 			}
 		}
 		return fakehf.Reply{}
@@ -61,7 +80,8 @@ func main() {
 		sig := make(chan os.Signal, 1)
 		signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
 		<-sig
-		fmt.Fprintf(os.Stderr, "fakeprovider: calls=%d max_in_flight=%d\n", f.Calls(), f.MaxInFlight())
+		fmt.Fprintf(os.Stderr, "fakeprovider: calls=%d max_in_flight=%d 429=%d 503=%d outage_500=%d\n",
+			f.Calls(), f.MaxInFlight(), rejected.Load(), failed.Load(), outage.Load())
 		_ = srv.Close()
 	}()
 	if err := srv.Serve(ln); err != nil && err != http.ErrServerClosed {

@@ -22,6 +22,9 @@ type Reply struct {
 	Header map[string]string
 	Body   string        // raw body; empty means the default for Status
 	Delay  time.Duration // extra delay before answering (beyond Latency)
+	// Immediate answers without Latency: a rejection at the door, as a
+	// provider's rate limiter sends its 429s.
+	Immediate bool
 }
 
 // Fake is the fake provider. Set its fields before the first request.
@@ -127,7 +130,11 @@ func (f *Fake) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	} else if f.Script != nil {
 		rep = f.Script(n, texts, r)
 	}
-	if !sleep(r, f.Latency+rep.Delay) {
+	wait := f.Latency + rep.Delay
+	if rep.Immediate {
+		wait = rep.Delay
+	}
+	if !sleep(r, wait) {
 		return
 	}
 	for k, v := range rep.Header {

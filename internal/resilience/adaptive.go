@@ -24,8 +24,9 @@ type aimd struct {
 	limit     float64
 	max       float64
 	inFlight  int
-	epoch     uint64 // bumped on every decrease
-	slowStart bool   // until the first loss: +1 per success, doubling per round trip
+	epoch     uint64  // bumped on every decrease
+	slowStart bool    // until the first loss: +1 per success, doubling per round trip
+	lossAt    float64 // the limit at the last loss
 	changed   chan struct{}
 }
 
@@ -35,6 +36,12 @@ const (
 	aimdStart = 4
 	// aimdBeta is the multiplicative decrease.
 	aimdBeta = 0.7
+	// aimdPlateau slows the increase this many times within one of the
+	// limit where the last loss happened: a quota's edge does not move
+	// often, and each probe past it costs 429s (and, with Retry-After, a
+	// pause for everyone), so the limit recovers fast to just below the
+	// edge and then probes it rarely.
+	aimdPlateau = 10
 )
 
 func newAIMD(inner provider.Classifier, maxConc int, c *Counters) *aimd {
@@ -80,14 +87,18 @@ func (a *aimd) release(p permit, err error) {
 		// One decrease per round trip: calls sent before the last decrease
 		// report the same overload and must not cut the limit again.
 		if p.epoch == a.epoch {
+			a.lossAt = a.limit
 			a.limit = math.Max(1, a.limit*aimdBeta)
 			a.epoch++
 			a.slowStart = false
 		}
 	case err == nil && p.full:
-		if a.slowStart {
+		switch {
+		case a.slowStart:
 			a.limit++
-		} else {
+		case a.limit+1 >= a.lossAt && a.limit < a.lossAt+1:
+			a.limit += 1 / (aimdPlateau * a.limit)
+		default:
 			a.limit += 1 / a.limit // about +1 per round trip
 		}
 		a.limit = math.Min(a.limit, a.max)

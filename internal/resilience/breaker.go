@@ -31,7 +31,7 @@ type breaker struct {
 func newBreaker(inner provider.Classifier, cfg Config) *breaker {
 	b := &breaker{inner: inner, log: cfg.Logger, counters: cfg.Counters, cfg: cfg, changed: make(chan struct{})}
 	probes := uint(cfg.BreakerProbes)
-	need := min(probes, 3)
+	need := max(1, probes-1)
 	b.cb = circuitbreaker.NewBuilder[any]().
 		WithFailureRateThreshold(cfg.BreakerThreshold, uint(cfg.BreakerMinCalls), cfg.BreakerWindow).
 		WithDelay(cfg.BreakerCooldown).

@@ -53,8 +53,8 @@ type Config struct {
 
 	// The breaker opens when at least BreakerMinCalls calls in the last
 	// BreakerWindow failed at a rate >= BreakerThreshold, stays open for
-	// BreakerCooldown, then lets BreakerProbes calls through (default 5)
-	// and closes when 3 of them (or all, if fewer) succeed.
+	// BreakerCooldown, then lets BreakerProbes calls through (default 3)
+	// and closes when all but one of them (at least one) succeed.
 	BreakerThreshold float64
 	BreakerWindow    time.Duration
 	BreakerMinCalls  int
@@ -97,7 +97,7 @@ func (c *Config) defaults() {
 		c.BreakerCooldown = 60 * time.Second
 	}
 	if c.BreakerProbes < 1 {
-		c.BreakerProbes = 5
+		c.BreakerProbes = 3
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)

@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# Benchmarks for the resilience layers (issue 3), run against the fake
+# provider on loopback. Not a test: it prints figures, it asserts nothing.
+#
+#   bench/storm.sh            # all scenarios
+#   ROWS=340 bench/storm.sh
+#
+# Prints, for the storm (340 rows, a provider that allows 8 calls at once
+# and fails 3% with 503, 100 ms a call, hfsent -c 32 --adaptive): wall time
+# against the ideal 340 x 0.1 s / 8, and the share of calls answered 429;
+# then, for -c 64 against a 20 ms provider with no limit, achieved against
+# ideal throughput (64 / 0.02 s = 3200 rows/s).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH="$PATH:/usr/local/go/bin"
+ROWS=${ROWS:-340}
+FAST_ROWS=${FAST_ROWS:-6400}
+
+tmp=$(mktemp -d)
+fake_pid=""
+cleanup() { [[ -n $fake_pid ]] && kill "$fake_pid" 2>/dev/null; rm -rf "$tmp"; }
+trap cleanup EXIT
+
+go build -o "$tmp/hfsent" ./cmd/hfsent
+go build -o "$tmp/fakeprovider" ./bench/fakeprovider
+
+csv() { # csv N FILE
+  { echo "request_id,text"; for ((i = 1; i <= $1; i++)); do echo "r$i,order $i arrived on time and works well"; done; } >"$2"
+}
+csv "$ROWS" "$tmp/storm.csv"
+csv "$FAST_ROWS" "$tmp/fast.csv"
+
+start_fake() {
+  rm -f "$tmp/addr"
+  "$tmp/fakeprovider" -addr-file "$tmp/addr" "$@" 2>"$tmp/fake.log" &
+  fake_pid=$!
+  for _ in $(seq 100); do [[ -s $tmp/addr ]] && break; sleep 0.05; done
+}
+stop_fake() { kill "$fake_pid"; wait "$fake_pid" 2>/dev/null || true; fake_pid=""; }
+
+# run NAME INPUT FAKE-FLAGS -- HFSENT-FLAGS
+run() {
+  local name=$1 input=$2; shift 2
+  local fake=() ; while [[ $1 != -- ]]; do fake+=("$1"); shift; done; shift
+  start_fake "${fake[@]}"
+  local t0 t1 rc=0
+  t0=$(date +%s.%N)
+  "$tmp/hfsent" classify "$input" --endpoint "http://$(cat "$tmp/addr")/models/{model}" \
+    -o "$tmp/$name.csv" --summary-json "$tmp/$name.json" --no-progress --log-level warn "$@" 2>"$tmp/$name.err" || rc=$?
+  t1=$(date +%s.%N)
+  stop_fake
+  echo "$t1 - $t0" | bc -l >"$tmp/$name.wall"
+  echo "  exit=$rc  $(tail -1 "$tmp/$name.err")"
+  echo "  fake: $(tail -1 "$tmp/fake.log")"
+}
+
+storm() { # storm NAME FAKE-FLAGS...
+  local name=storm$((++storms)); echo "== $1"; shift
+  echo "   $ROWS rows, capacity 8, 3% 503, 100 ms; hfsent -c 32 --adaptive"
+  run "$name" "$tmp/storm.csv" -latency 100ms -capacity 8 -fail 0.03 "$@" -- -c 32 --adaptive
+  local wall ideal
+  wall=$(cat "$tmp/$name.wall")
+  ideal=$(echo "$ROWS * 0.1 / 8" | bc -l)
+  jq -r --arg wall "$wall" --arg ideal "$ideal" '
+    "  wall \($wall | tonumber * 100 | round / 100) s vs ideal \($ideal | tonumber * 100 | round / 100) s (x\(($wall | tonumber) / ($ideal | tonumber) * 100 | round / 100))" +
+    "; success \(.outcomes.success)/\(.rows)" +
+    "; 429s \(.resilience.rate_limited_429s) of \(.resilience.provider_calls) calls = \(.resilience.rate_limited_429s / .resilience.provider_calls * 1000 | round / 10)%" +
+    "; final limit \(.resilience.adaptive_limit)"' "$tmp/$name.json"
+}
+
+storms=0 fasts=0
+storm "429 after 100 ms, no Retry-After" -retry-after ""
+storm "429 at once, no Retry-After" -retry-after "" -reject-fast
+storm "429 after 100 ms, Retry-After: 1" -retry-after 1
+storm "429 at once, Retry-After: 1" -retry-after 1 -reject-fast
+
+fast() { # fast NAME HFSENT-FLAGS...
+  local name=fast$((++fasts)); echo "== $1"; shift
+  echo "   $FAST_ROWS rows, 20 ms, no limit; hfsent -c 64 $*"
+  run "$name" "$tmp/fast.csv" -latency 20ms -- -c 64 "$@"
+  local wall
+  wall=$(cat "$tmp/$name.wall")
+  jq -r --arg wall "$wall" '
+    (.rows / ($wall | tonumber)) as $rps |
+    "  wall \($wall | tonumber * 100 | round / 100) s; \($rps | round) rows/s vs ideal 3200 = \($rps / 3200 * 1000 | round / 10)%; max in flight \(.resilience.max_in_flight)"' "$tmp/$name.json"
+}
+fast "fixed"
+fast "adaptive" --adaptive
