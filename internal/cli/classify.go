@@ -163,6 +163,9 @@ func runClassify(ctx context.Context, o *classifyOptions, ios *IOStreams, log *s
 	ctx, stopSignals := interruptContext(ctx, ios, log, sink.Freeze)
 	defer stopSignals()
 
+	if o.maxDuration > 0 {
+		ctx = resilience.WithWaitLimit(ctx, time.Now().Add(o.maxDuration))
+	}
 	bar := newProgress(ios, o, total)
 	if o.prov.adaptive {
 		bar.showLimit(counters.Limit)

@@ -12,7 +12,7 @@ type Counters struct {
 	Retries         atomic.Int64 // attempts after the first of a row
 	RateLimited     atomic.Int64 // 429 answers
 	Timeouts        atomic.Int64 // attempts that got no answer within --timeout
-	BreakerOpenings atomic.Int64 // closed (or half-open) -> open transitions
+	BreakerOpenings atomic.Int64 // closed -> open transitions (outages, not failed probes)
 	FallbackRows    atomic.Int64 // rows the fallback model answered
 
 	inFlight    atomic.Int64
@@ -35,8 +35,9 @@ func (c *Counters) callEnded() { c.inFlight.Add(-1) }
 // breakerOpened starts a spell unless one is running (half-open -> open
 // continues the same outage).
 func (c *Counters) breakerOpened(now time.Time) {
-	c.BreakerOpenings.Add(1)
-	c.openedAt.CompareAndSwap(0, now.UnixNano())
+	if c.openedAt.CompareAndSwap(0, now.UnixNano()) {
+		c.BreakerOpenings.Add(1)
+	}
 }
 
 func (c *Counters) breakerClosed(now time.Time) {

@@ -316,3 +316,20 @@ func TestRateLimitCountsEveryAttempt(t *testing.T) {
 		t.Fatalf("%d calls over %s, want 10 paced at 20/s (>= 450ms)", len(at), span)
 	}
 }
+
+func TestWaitLimitEndsTheWaitForAnOpenBreaker(t *testing.T) {
+	prim := &stub{model: "primary", reply: func(int64, int64) error { return status(500) }}
+	var log syncBuffer
+	cfg := breakerConfig(&Counters{}, &log)
+	cfg.BreakerCooldown, cfg.Retries = time.Minute, 0
+	cls := Build(prim, cfg)
+	for range 4 { // open it
+		_, _, _ = classifyRow(cls, time.Second)
+	}
+	ctx := WithWaitLimit(context.Background(), time.Now().Add(100*time.Millisecond))
+	start := time.Now()
+	_, err := cls.Classify(ctx, []string{"x"})
+	if provider.OutcomeOf(err) != outcome.CircuitOpen || time.Since(start) > 5*time.Second {
+		t.Fatalf("got %v after %s, want circuit_open at the wait limit", err, time.Since(start))
+	}
+}

@@ -3,6 +3,7 @@ package resilience
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/failsafe-go/failsafe-go"
 	"github.com/failsafe-go/failsafe-go/fallback"
@@ -67,7 +68,7 @@ func (r *recoverer) Classify(ctx context.Context, texts []string) (provider.Answ
 			return ans, r.lastOutcome(ctx, row, err)
 		}
 		// Open, no fallback: wait for the probe rather than fail the row.
-		if r.br.wait(ctx) != nil {
+		if r.wait(ctx) != nil {
 			return ans, r.lastOutcome(ctx, row, errOpen())
 		}
 	}
@@ -87,4 +88,22 @@ func (r *recoverer) lastOutcome(ctx context.Context, row *rowState, err error) e
 		return &provider.Error{Outcome: outcome.CircuitOpen, Msg: "circuit breaker open: the provider is failing and there is no --fallback-model", Err: err}
 	}
 	return err
+}
+
+type waitLimitKey struct{}
+
+// WithWaitLimit returns a context in which rows stop waiting for an open
+// breaker at t (classify's --max-duration): the context a row runs in lives
+// on after admission stops, but its wait should not.
+func WithWaitLimit(ctx context.Context, t time.Time) context.Context {
+	return context.WithValue(ctx, waitLimitKey{}, t)
+}
+
+func (r *recoverer) wait(ctx context.Context) error {
+	if t, ok := ctx.Value(waitLimitKey{}).(time.Time); ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, t)
+		defer cancel()
+	}
+	return r.br.wait(ctx)
 }
