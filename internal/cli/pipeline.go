@@ -151,6 +151,9 @@ func (o *providerOptions) buildFallback(token string) (provider.Classifier, erro
 		if !strings.Contains(ep, "{model}") {
 			ep = ""
 		}
+		if ep == "" && token == "" {
+			return nil, usageErrorf("--fallback-model %s is asked on the Hugging Face API, which needs a token; set HF_TOKEN, use --fallback-model local, or an --endpoint with {model}", id)
+		}
 		fb, err := provider.NewHF(provider.HFConfig{
 			Model:          id,
 			Endpoint:       ep,
