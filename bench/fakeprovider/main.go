@@ -33,7 +33,7 @@ func main() {
 	addrFile := flag.String("addr-file", "", "write the bound address to this file once listening")
 	flag.Parse()
 
-	var inFlight, rejected, failed, outage atomic.Int64
+	var rejected, failed, outage atomic.Int64
 	var firstOnce sync.Once
 	var first time.Time
 	f := &fakehf.Fake{Latency: *latency, Flat: *flat}
@@ -52,9 +52,7 @@ func main() {
 		if *capacity > 0 {
 			// Counted across the whole call, as a provider counts the
 			// requests it holds.
-			cur := inFlight.Add(1)
-			go func() { <-r.Context().Done(); inFlight.Add(-1) }()
-			if cur > int64(*capacity) {
+			if f.InFlight() > int64(*capacity) {
 				rejected.Add(1)
 				rep := fakehf.Reply{Status: 429, Immediate: *rejectFast}
 				if *retryAfter != "" {

@@ -64,6 +64,11 @@ func Handler(f *Fake) http.Handler {
 // Calls is the number of requests received.
 func (f *Fake) Calls() int64 { return f.calls.Load() }
 
+// InFlight is the number of requests being handled now, this one included
+// when called from Script. It drops when a handler returns, before the client
+// reads the answer, so a capacity check on it never counts a finished call.
+func (f *Fake) InFlight() int64 { return f.inFlight.Load() }
+
 // MaxInFlight is the most requests it held at once.
 func (f *Fake) MaxInFlight() int64 { return f.maxInFlight.Load() }
 

@@ -26,7 +26,9 @@ type aimd struct {
 	inFlight  int
 	epoch     uint64  // bumped on every decrease
 	slowStart bool    // until the first loss: +1 per success, doubling per round trip
-	lossAt    float64 // the limit at the last loss
+	lossAt    float64 // calls in flight when the last refused call was sent (+Inf before any)
+	probing   bool    // a call at or above lossAt is out
+	probeWins int     // probes at lossAt that succeeded since the last loss
 	changed   chan struct{}
 }
 
@@ -42,11 +44,14 @@ const (
 	// pause for everyone), so the limit recovers fast to just below the
 	// edge and then probes it rarely.
 	aimdPlateau = 10
+	// aimdProbeWins is how many calls must succeed at the level refused
+	// last time before it counts as safe.
+	aimdProbeWins = 3
 )
 
 func newAIMD(inner provider.Classifier, maxConc int, c *Counters) *aimd {
 	a := &aimd{inner: inner, c: c, max: float64(maxConc), limit: float64(min(maxConc, aimdStart)),
-		slowStart: true, changed: make(chan struct{})}
+		slowStart: true, lossAt: math.Inf(1), changed: make(chan struct{})}
 	c.limit.Store(int64(a.limit))
 	return a
 }
@@ -56,14 +61,21 @@ func (a *aimd) Model() string { return a.inner.Model() }
 type permit struct {
 	epoch uint64
 	full  bool // the call took the last free place: the limit was binding
+	k     int  // calls in flight when this one was sent, itself included
+	probe bool // k reached the level refused last time
 }
 
 func (a *aimd) acquire(ctx context.Context) (permit, error) {
 	for {
 		a.mu.Lock()
-		if a.inFlight < int(a.limit) {
+		// Once the limit climbs back to the level where calls were refused,
+		// one call at a time tests it: 429s come back a round trip late,
+		// and every call sent at that level meanwhile would be refused too.
+		atEdge := float64(a.inFlight+1) >= a.lossAt
+		if a.inFlight < int(a.limit) && !(atEdge && a.probing) {
 			a.inFlight++
-			p := permit{epoch: a.epoch, full: a.inFlight >= int(a.limit)}
+			p := permit{epoch: a.epoch, full: a.inFlight >= int(a.limit), k: a.inFlight, probe: atEdge}
+			a.probing = a.probing || atEdge
 			a.mu.Unlock()
 			return p, nil
 		}
@@ -82,16 +94,32 @@ func (a *aimd) release(p permit, err error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.inFlight--
+	if p.probe {
+		a.probing = false
+		if err == nil {
+			// Seen from here a call may look alone at a level while the
+			// provider has already let another go, so one success proves
+			// little: after a few, the level holds and the edge is above.
+			if a.probeWins++; a.probeWins >= aimdProbeWins {
+				a.lossAt = float64(p.k + 1)
+				a.probeWins = 0
+			}
+		}
+	}
 	switch {
 	case isLoss(err):
 		// One decrease per round trip: calls sent before the last decrease
 		// report the same overload and must not cut the limit again.
 		if p.epoch == a.epoch {
-			a.lossAt = a.limit
+			a.lossAt = float64(p.k)
 			a.limit = math.Max(1, a.limit*aimdBeta)
 			a.epoch++
 			a.slowStart = false
 		}
+		// Refusals of one round trip come back in any order: the edge is
+		// the lowest level refused.
+		a.lossAt = math.Min(a.lossAt, float64(p.k))
+		a.probeWins = 0
 	case err == nil && p.full:
 		switch {
 		case a.slowStart:
