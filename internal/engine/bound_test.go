@@ -128,3 +128,20 @@ func TestBatchHoldsOneSlot(t *testing.T) {
 		t.Fatalf("calls %d (fake saw %d), want about 50", sum.Calls, fake.Calls())
 	}
 }
+
+func TestIDSet(t *testing.T) {
+	var s idSet
+	for i := range uint64(100_000) {
+		if s.add(i * 0x9E3779B97F4A7C15) {
+			t.Fatalf("%d reported a duplicate", i)
+		}
+	}
+	for i := range uint64(100_000) {
+		if !s.add(i * 0x9E3779B97F4A7C15) {
+			t.Fatalf("%d not found", i)
+		}
+	}
+	if s.n != 100_000 || len(s.slots) > 100_000*2 {
+		t.Fatalf("n %d, %d slots", s.n, len(s.slots))
+	}
+}
