@@ -4,6 +4,7 @@ go 1.26.8
 
 require (
 	github.com/failsafe-go/failsafe-go v0.9.8
+	github.com/gocarina/gocsv v0.0.0-20240520201108-78e41c74b4b1
 	github.com/jonreiter/govader v0.0.0-20250429093935-f6505c8d03cc
 	github.com/schollz/progressbar/v3 v3.19.1
 	github.com/spf13/cobra v1.10.2

@@ -18,7 +18,6 @@ import (
 	"github.com/hfsent/hfsent/internal/engine"
 	"github.com/hfsent/hfsent/internal/input"
 	"github.com/hfsent/hfsent/internal/resilience"
-	"github.com/hfsent/hfsent/internal/results"
 )
 
 type classifyOptions struct {
@@ -113,21 +112,8 @@ func (o *classifyOptions) validate() error {
 	if o.resume && (o.output == "" || o.output == "-") {
 		return usageErrorf("--resume needs --output FILE: it reads the rows already there")
 	}
-	return o.notYet()
-}
-
-// notYet refuses flags whose behaviour has not been built, rather than
-// silently ignoring them.
-func (o *classifyOptions) notYet() error {
-	var asked []string
-	if o.batchSize > 1 {
-		asked = append(asked, "--batch-size above 1")
-	}
-	if o.resume {
-		asked = append(asked, "--resume")
-	}
-	if len(asked) > 0 {
-		return usageErrorf("not implemented yet: %s", strings.Join(asked, ", "))
+	if o.resume && o.input == "-" {
+		return usageErrorf("--resume needs INPUT to be a file: stdin cannot be checked against the earlier run")
 	}
 	return nil
 }
@@ -150,17 +136,12 @@ func runClassify(ctx context.Context, o *classifyOptions, ios *IOStreams, log *s
 	if err != nil {
 		return err
 	}
-	out, closeOut, err := createOutput(o, ios)
+	out, err := openOutput(o, ios, log, src)
 	if err != nil {
 		return err
 	}
-	sink, err := results.NewWriter(out, o.includeText)
-	if err != nil {
-		closeOut()
-		return usageErrorf("cannot write %s: %v", outputName(o), err)
-	}
 
-	ctx, stopSignals := interruptContext(ctx, ios, log, sink.Freeze)
+	ctx, stopSignals := interruptContext(ctx, ios, log, out.w.Freeze)
 	defer stopSignals()
 
 	if o.maxDuration > 0 {
@@ -170,18 +151,20 @@ func runClassify(ctx context.Context, o *classifyOptions, ios *IOStreams, log *s
 	if o.prov.adaptive {
 		bar.showLimit(counters.Limit)
 	}
-	sum, runErr := engine.Run(ctx, src, sink, cls, engine.Config{
+	sum, runErr := engine.Run(ctx, out.src, out.sink, cls, engine.Config{
 		Concurrency:   o.prov.concurrency,
 		AdmissionWait: o.prov.admissionWait,
 		RowDeadline:   o.prov.rowDeadline,
 		MaxDuration:   o.maxDuration,
 		MaxChars:      o.maxChars,
 		IncludeText:   o.includeText,
+		BatchSize:     o.batchSize,
+		Dedupe:        o.dedupe && !o.noDedupe,
 		Progress:      bar.update,
 		Logger:        log,
 	})
 	bar.finish()
-	if err := closeOut(); err != nil && runErr == nil {
+	if err := out.close(runErr); err != nil && runErr == nil {
 		runErr = err
 	}
 

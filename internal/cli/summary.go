@@ -21,6 +21,12 @@ func summaryLine(s engine.Summary, r resilience.Stats) string {
 			fmt.Fprintf(&b, " %s=%d", c, n)
 		}
 	}
+	if s.Kept > 0 {
+		fmt.Fprintf(&b, " kept=%d", s.Kept)
+	}
+	if s.Reused > 0 {
+		fmt.Fprintf(&b, " reused=%d", s.Reused)
+	}
 	fmt.Fprintf(&b, " calls=%d retries=%d max_active=%d elapsed=%s", s.Calls, s.Retries, s.MaxActive, s.Elapsed.Round(time.Millisecond))
 	if secs := s.Elapsed.Seconds(); secs > 0 {
 		fmt.Fprintf(&b, " rows/s=%.1f", float64(s.Rows)/secs)
@@ -36,6 +42,8 @@ type summaryJSON struct {
 	Rows       int64            `json:"rows"`
 	Outcomes   map[string]int64 `json:"outcomes"`
 	Calls      int64            `json:"calls"`
+	Kept       int64            `json:"kept"`
+	Reused     int64            `json:"reused"`
 	Retries    int64            `json:"retries"`
 	MaxActive  int64            `json:"max_active"`
 	ElapsedSec float64          `json:"elapsed_s"`
@@ -51,6 +59,8 @@ func writeSummaryJSON(path string, s engine.Summary, r resilience.Stats, code in
 		Rows:       s.Rows,
 		Outcomes:   map[string]int64{},
 		Calls:      s.Calls,
+		Kept:       s.Kept,
+		Reused:     s.Reused,
 		Retries:    s.Retries,
 		MaxActive:  s.MaxActive,
 		ElapsedSec: s.Elapsed.Seconds(),

@@ -19,6 +19,7 @@ import (
 
 	"golang.org/x/sync/semaphore"
 
+	"github.com/hfsent/hfsent/internal/dedupe"
 	"github.com/hfsent/hfsent/internal/input"
 	"github.com/hfsent/hfsent/internal/outcome"
 	"github.com/hfsent/hfsent/internal/provider"
@@ -28,6 +29,14 @@ import (
 // Source yields input rows in order; io.EOF ends it.
 type Source interface {
 	Next() (input.Row, error)
+}
+
+// PriorSource is a Source some of whose rows already have a final result
+// (--resume): such a row is written as it is, without a call. prior is nil
+// for a row that must be processed.
+type PriorSource interface {
+	Source
+	NextPrior() (row input.Row, prior *results.Row, err error)
 }
 
 // Sink receives finished rows, in input order, from a single goroutine.
@@ -45,8 +54,19 @@ type Config struct {
 	MaxChars      int           // default 5000
 	IncludeText   bool
 	// Window bounds how many rows may be read but not yet written, so that
-	// memory stays flat when one early row is slow; default max(256, 16×Concurrency).
+	// memory stays flat when one early row is slow; when it is full, reading
+	// and admission wait. Default max(256, 16×Concurrency, 2×Concurrency×BatchSize).
 	Window int
+	// BatchSize is the most texts sent in one call; default 1. A batch holds
+	// one concurrency slot.
+	BatchSize int
+	// BatchWait is how long a batch that is not full waits for more rows
+	// before it is sent anyway; default 20ms.
+	BatchWait time.Duration
+	// Dedupe sends identical texts once and reuses the answer; DedupeSize
+	// bounds the answers remembered (default dedupe.DefaultSize).
+	Dedupe     bool
+	DedupeSize int
 	// Progress is called from the writer after each flush; it must be quick.
 	Progress func(Progress)
 	Logger   *slog.Logger
@@ -65,8 +85,14 @@ func (c *Config) defaults() {
 	if c.MaxChars <= 0 {
 		c.MaxChars = 5000
 	}
+	if c.BatchSize < 1 {
+		c.BatchSize = 1
+	}
+	if c.BatchWait <= 0 {
+		c.BatchWait = 20 * time.Millisecond
+	}
 	if c.Window <= 0 {
-		c.Window = max(256, 16*c.Concurrency)
+		c.Window = max(256, 16*c.Concurrency, 2*c.Concurrency*c.BatchSize)
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -97,7 +123,9 @@ const (
 type Summary struct {
 	Rows      int64
 	Counts    map[outcome.Code]int64
-	Calls     int64 // provider calls sent, retries included
+	Calls     int64 // provider calls sent, retries included (a batch is one call)
+	Kept      int64 // rows kept from an earlier run (--resume), not sent
+	Reused    int64 // rows answered by an earlier identical text (--dedupe), not sent
 	Retries   int64 // calls beyond the first of each row
 	MaxActive int64
 	Elapsed   time.Duration
@@ -128,9 +156,12 @@ type run struct {
 	read, written, ok, failed atomic.Int64
 	active, maxActive         atomic.Int64
 	calls, retries            atomic.Int64
+	kept, reused              atomic.Int64
+
+	cache *dedupe.Cache[answer] // nil without Config.Dedupe
 
 	seed    maphash.Seed
-	ids     map[uint64]struct{}
+	ids     idSet
 	authLog sync.Once
 
 	writeFailed atomic.Bool
@@ -155,7 +186,9 @@ func Run(ctx context.Context, src Source, sink Sink, cls provider.Classifier, cf
 		slots: semaphore.NewWeighted(int64(cfg.Concurrency)),
 		done:  make(chan results.Row, cfg.Window),
 		seed:  maphash.MakeSeed(),
-		ids:   make(map[uint64]struct{}),
+	}
+	if cfg.Dedupe {
+		r.cache = dedupe.New[answer](cfg.DedupeSize)
 	}
 	r.admitCtx, r.stopAdmit = context.WithCancelCause(ctx)
 	defer r.stopAdmit(nil)
@@ -201,7 +234,7 @@ read:
 			<-window
 			break
 		}
-		row, err := src.Next()
+		row, prior, err := next(src)
 		if errors.Is(err, io.EOF) {
 			<-window
 			break
@@ -213,7 +246,12 @@ read:
 		}
 		r.read.Add(1)
 		q := queued{row: row, at: time.Now()}
-		if problem := r.validate(row); problem != "" {
+		problem := r.validate(row) // also for a kept row: it remembers the id
+		if prior != nil {
+			r.keep(q, *prior)
+			continue
+		}
+		if problem != "" {
 			r.finish(q, results.Row{Outcome: outcome.InvalidInput, Error: problem, StartedMs: -1})
 			continue
 		}
@@ -228,6 +266,8 @@ read:
 	sum.Rows = r.written.Load()
 	sum.Calls = r.calls.Load()
 	sum.Retries = r.retries.Load()
+	sum.Kept = r.kept.Load()
+	sum.Reused = r.reused.Load()
 	sum.MaxActive = r.maxActive.Load()
 	sum.Elapsed = time.Since(r.start)
 	if ctx.Err() != nil {
@@ -254,13 +294,12 @@ func (r *run) validate(row input.Row) string {
 	if id == "" {
 		return "missing request id"
 	}
-	// Ids are remembered as 64-bit hashes: 8 bytes a row rather than the
-	// whole id; a false duplicate needs a collision of odds 2^-64.
-	h := maphash.String(r.seed, id)
-	if _, dup := r.ids[h]; dup {
+	// Ids are remembered as 64-bit hashes (see idSet): 10 to 15 bytes a
+	// row rather than the whole id; a false duplicate needs a collision of
+	// odds 2^-64.
+	if r.ids.add(maphash.String(r.seed, id)) {
 		return "duplicate request id"
 	}
-	r.ids[h] = struct{}{}
 	if strings.TrimSpace(row.Text) == "" {
 		return "blank text"
 	}
@@ -271,10 +310,13 @@ func (r *run) validate(row input.Row) string {
 }
 
 // admit takes rows in order and gives each a slot, or records why not.
+// With batching, the rows that follow a row granted a slot ride in the same
+// call, up to BatchSize; with dedupe, a row whose text is known or in flight
+// takes no slot at all.
 func (r *run) admit(admitq <-chan queued, workers *sync.WaitGroup) {
 	for q := range admitq {
-		if r.admitCtx.Err() != nil {
-			r.finishNotAttempted(q)
+		it, ok := r.claim(q, workers)
+		if !ok {
 			continue
 		}
 		actx, cancel := r.admitCtx, context.CancelFunc(func() {})
@@ -290,20 +332,30 @@ func (r *run) admit(admitq <-chan queued, workers *sync.WaitGroup) {
 				r.finish(q, results.Row{Outcome: outcome.LocalCapacity, StartedMs: -1,
 					Error: fmt.Sprintf("no free slot within --admission-wait %s", r.cfg.AdmissionWait)})
 			}
+			r.release(it, results.Row{})
 			continue
 		}
-		n := r.active.Add(1)
-		for m := r.maxActive.Load(); n > m && !r.maxActive.CompareAndSwap(m, n); m = r.maxActive.Load() {
-		}
-		workers.Add(1)
-		go func() {
-			defer workers.Done()
-			res := r.call(q)
-			r.active.Add(-1)
-			r.slots.Release(1)
-			r.finish(q, res)
-		}()
+		batch := r.gather(admitq, []item{it}, workers)
+		r.dispatch(batch, workers)
 	}
+}
+
+// dispatch runs one call, holding the slot already acquired for it.
+func (r *run) dispatch(batch []item, workers *sync.WaitGroup) {
+	n := r.active.Add(1)
+	for m := r.maxActive.Load(); n > m && !r.maxActive.CompareAndSwap(m, n); m = r.maxActive.Load() {
+	}
+	workers.Add(1)
+	go func() {
+		defer workers.Done()
+		res := r.call(batch)
+		r.active.Add(-1)
+		r.slots.Release(1)
+		for i, it := range batch {
+			r.finish(it.q, res[i])
+			r.release(it, res[i])
+		}
+	}()
 }
 
 func (r *run) finishNotAttempted(q queued) {
@@ -312,45 +364,6 @@ func (r *run) finishNotAttempted(q queued) {
 		reason = es.reason
 	}
 	r.finish(q, results.Row{Outcome: outcome.NotAttempted, StartedMs: -1, Error: "not sent: " + string(reason)})
-}
-
-// call asks the classifier for one row and maps the answer to a result.
-func (r *run) call(q queued) results.Row {
-	started := time.Now()
-	res := results.Row{StartedMs: r.ms(started), Model: r.cls.Model()}
-	ctx, cancel := context.WithTimeout(r.callCtx, r.cfg.RowDeadline)
-	defer cancel()
-	trace := &provider.Trace{}
-	ans, err := r.cls.Classify(provider.WithTrace(ctx, trace), []string{q.row.Text})
-	res.LatencyMs = time.Since(started).Milliseconds()
-	res.Attempts = trace.Attempts()
-	r.calls.Add(int64(res.Attempts))
-	if res.Attempts > 1 {
-		r.retries.Add(int64(res.Attempts - 1))
-	}
-	if err == nil && len(ans.Predictions) != 1 {
-		err = &provider.Error{Outcome: outcome.UpstreamPayload, Msg: "answer has no prediction"}
-	}
-	if err != nil {
-		res.Outcome, res.Error = r.classifyError(err, ctx)
-		if res.Outcome == outcome.UpstreamAuth {
-			r.authLog.Do(func() {
-				r.cfg.Logger.Error("the provider rejected the token (HTTP 401/403): no more rows will be sent; check HF_TOKEN or the token file, or use --provider local")
-				r.stopAdmit(errStop{StopAuth})
-			})
-		}
-		return res
-	}
-	p := ans.Predictions[0]
-	res.Label, res.Score = p.Label, p.Score
-	if ans.Model != "" {
-		res.Model = ans.Model
-	}
-	res.Outcome = outcome.Success
-	if ans.Fallback {
-		res.Outcome = outcome.Fallback
-	}
-	return res
 }
 
 func (r *run) classifyError(err error, rowCtx context.Context) (outcome.Code, string) {
@@ -372,6 +385,16 @@ func (r *run) classifyError(err error, rowCtx context.Context) (outcome.Code, st
 func (r *run) ms(t time.Time) int64 { return t.Sub(r.start).Milliseconds() }
 
 func (r *run) sinceStart() time.Duration { return time.Since(r.start) }
+
+// keep hands a row kept from an earlier run to the writer as it is.
+func (r *run) keep(q queued, prior results.Row) {
+	prior.Seq = q.row.Seq
+	r.kept.Add(1)
+	if r.cache != nil && prior.Outcome == outcome.Success && prior.Label != "" {
+		r.cache.Add(r.cache.Key(q.row.Text), answer{prior.Label, prior.Score, prior.Model})
+	}
+	r.done <- prior
+}
 
 // finish completes a row and hands it to the writer.
 func (r *run) finish(q queued, res results.Row) {

@@ -1,0 +1,51 @@
+package engine
+
+import "math/bits"
+
+// idSet is the set of row-id hashes seen, for duplicate detection: an
+// open-addressing table of bare uint64s, 10 to 15 bytes a row. A Go map of
+// uint64 costs about 36 bytes a row (measured at a million ids), which at a
+// million rows was a third of the run's memory. The slice holds no
+// pointers, so the garbage collector never scans it.
+type idSet struct {
+	slots []uint64 // 0 marks an empty slot
+	n     int
+}
+
+// add inserts h and reports whether it was already there.
+func (s *idSet) add(h uint64) (dup bool) {
+	if h == 0 {
+		h = 1 // 0 marks empty; merging two hashes of 2^64 costs nothing real
+	}
+	if 5*(s.n+1) > 4*len(s.slots) { // keep the load under 0.8
+		s.grow()
+	}
+	for i := s.index(h); ; i = (i + 1) % len(s.slots) {
+		switch s.slots[i] {
+		case h:
+			return true
+		case 0:
+			s.slots[i] = h
+			s.n++
+			return false
+		}
+	}
+}
+
+// index maps h onto the table without needing a power-of-two size, so the
+// table can grow by half rather than double.
+func (s *idSet) index(h uint64) int {
+	hi, _ := bits.Mul64(h, uint64(len(s.slots)))
+	return int(hi)
+}
+
+func (s *idSet) grow() {
+	old := s.slots
+	s.slots = make([]uint64, max(1024, len(old)+len(old)/2))
+	s.n = 0
+	for _, h := range old {
+		if h != 0 {
+			s.add(h)
+		}
+	}
+}
