@@ -114,22 +114,26 @@ func (b *breaker) wait(ctx context.Context) error {
 
 func (b *breaker) stateChanged(ev circuitbreaker.StateChangedEvent) {
 	now := time.Now()
-	m := ev.Metrics()
+	// The numbers come from the breaker's own locked accessors, not from
+	// ev.Metrics(): failsafe-go calls listeners unlocked, and the event's
+	// metrics are the live stats other calls are still recording into.
 	switch ev.NewState {
 	case circuitbreaker.OpenState:
 		b.counters.breakerOpened(now)
+		m := b.cb.Metrics()
+		failures, calls := m.Failures(), m.Executions()
 		if ev.OldState == circuitbreaker.HalfOpenState {
 			b.log.Warn(fmt.Sprintf("breaker open again: %d of %d probe calls failed; probing again in %s",
-				m.Failures(), m.Executions(), b.cfg.BreakerCooldown))
+				failures, calls, b.cfg.BreakerCooldown))
 		} else {
 			b.log.Warn(fmt.Sprintf("breaker open: %.0f%% of %d calls failed in %s; probing again in %s",
-				100*m.FailureRate(), m.Executions(), b.cfg.BreakerWindow, b.cfg.BreakerCooldown))
+				100*m.FailureRate(), calls, b.cfg.BreakerWindow, b.cfg.BreakerCooldown))
 		}
 	case circuitbreaker.HalfOpenState:
 		b.log.Info(fmt.Sprintf("breaker half-open: sending up to %d probe calls", b.cfg.BreakerProbes))
 	case circuitbreaker.ClosedState:
 		b.counters.breakerClosed(now)
-		b.log.Info(fmt.Sprintf("breaker closed: %d of %d probe calls succeeded; calls resume", m.Successes(), m.Executions()))
+		b.log.Info("breaker closed: the probe calls succeeded; calls resume")
 	}
 	b.mu.Lock()
 	close(b.changed)
