@@ -34,6 +34,8 @@ type classifyOptions struct {
 	maxDuration time.Duration
 	includeText bool
 	summaryJSON string
+	report      string
+	failOn      failPolicy
 	progress    bool
 	noProgress  bool
 	// progressSet is true when --progress or --no-progress was given.
@@ -87,7 +89,9 @@ The token comes from HF_TOKEN, else the Hugging Face token file
 	fs.BoolVar(&o.resume, "resume", false, "keep rows already in --output whose outcome is final, process only the rest")
 	fs.DurationVar(&o.maxDuration, "max-duration", 0, "stop admitting rows after this long; the rest are not_attempted (0: no limit)")
 	fs.BoolVar(&o.includeText, "include-text", false, "copy the input text into the results")
-	fs.StringVar(&o.summaryJSON, "summary-json", "", "write counts by outcome, calls, retries and elapsed time to this JSON file")
+	fs.StringVar(&o.summaryJSON, "summary-json", "", "write counts by outcome, calls, retries, elapsed time, achieved rate and exit reason to this JSON file")
+	fs.StringVar(&o.report, "report", "", "at the end, draw the run to this .svg or .html file (see hfsent report)")
+	fs.Var(&o.failOn, "fail-on", "which failed rows make the exit code 1: any, a failure rate such as 5% (exit 1 above it), or none")
 	fs.BoolVar(&o.progress, "progress", false, "show a progress bar on stderr (default: when stderr is a terminal)")
 	fs.BoolVar(&o.noProgress, "no-progress", false, "never show a progress bar")
 	return cmd
@@ -111,6 +115,9 @@ func (o *classifyOptions) validate() error {
 	}
 	if o.resume && (o.output == "" || o.output == "-") {
 		return usageErrorf("--resume needs --output FILE: it reads the rows already there")
+	}
+	if err := o.validReport(); err != nil {
+		return err
 	}
 	return o.notYet()
 }
@@ -173,8 +180,9 @@ func runClassify(ctx context.Context, o *classifyOptions, ios *IOStreams, log *s
 	ctx, stopSignals := interruptContext(ctx, ios, log, sink.Freeze)
 	defer stopSignals()
 
+	runSink, writePicture := o.classifyReport(sink, log)
 	bar := newProgress(ios, o, total)
-	sum, runErr := engine.Run(ctx, src, sink, cls, engine.Config{
+	sum, runErr := engine.Run(ctx, src, runSink, cls, engine.Config{
 		Concurrency:   o.prov.concurrency,
 		AdmissionWait: o.prov.admissionWait,
 		RowDeadline:   o.prov.rowDeadline,
@@ -190,12 +198,15 @@ func runClassify(ctx context.Context, o *classifyOptions, ios *IOStreams, log *s
 	}
 
 	fmt.Fprintln(ios.ErrOut, summaryLine(sum))
-	code := exitFor(sum, runErr)
+	v := exitFor(sum, runErr, o.failOn)
+	code := v.Code
 	if o.summaryJSON != "" {
-		if err := writeSummaryJSON(o.summaryJSON, sum, code); err != nil {
+		if err := writeSummaryJSON(o.summaryJSON, sum, v); err != nil {
 			log.Error("cannot write --summary-json", "path", o.summaryJSON, "err", err)
 		}
 	}
+	writeStepSummary(ios, log, "hfsent classify "+o.input, sum, v)
+	writePicture()
 	switch {
 	case runErr != nil:
 		return &exitError{code: code, err: fmt.Errorf("writing %s: %w", outputName(o), runErr)}
@@ -207,19 +218,19 @@ func runClassify(ctx context.Context, o *classifyOptions, ios *IOStreams, log *s
 	return silentExit(code)
 }
 
-// exitFor decides the exit code of a classify run.
-func exitFor(sum engine.Summary, runErr error) int {
+// exitFor decides the exit code of a classify run; --fail-on decides only
+// among row outcomes.
+func exitFor(sum engine.Summary, runErr error, failOn failPolicy) verdict {
+	v := failOn.judge(sum)
 	switch {
 	case sum.Stop == engine.StopInterrupted:
-		return ExitInterrupted
+		v.Code, v.Reason = ExitInterrupted, reasonInterrupted
 	case sum.InputErr != nil:
-		return ExitUsage
+		v.Code, v.Reason = ExitUsage, reasonInputError
 	case runErr != nil:
-		return ExitRowsFailed
-	case sum.OK():
-		return ExitOK
+		v.Code, v.Reason = ExitRowsFailed, reasonWriteError
 	}
-	return ExitRowsFailed
+	return v
 }
 
 // openInput opens INPUT. A regular file is read once in full first, so a

@@ -40,9 +40,11 @@ type summaryJSON struct {
 	RowsPerSec float64          `json:"rows_per_s"`
 	Stop       string           `json:"stop,omitempty"`
 	ExitCode   int              `json:"exit_code"`
+	ciSummary
 }
 
-func writeSummaryJSON(path string, s engine.Summary, code int) error {
+func writeSummaryJSON(path string, s engine.Summary, v verdict) error {
+	code := v.Code
 	out := summaryJSON{
 		Rows:       s.Rows,
 		Outcomes:   map[string]int64{},
@@ -59,6 +61,7 @@ func writeSummaryJSON(path string, s engine.Summary, code int) error {
 	if secs := s.Elapsed.Seconds(); secs > 0 {
 		out.RowsPerSec = float64(s.Rows) / secs
 	}
+	out.ciSummary = newCISummary(s, v)
 	b, err := json.MarshalIndent(out, "", "  ")
 	if err != nil {
 		return err
