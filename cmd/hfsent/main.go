@@ -2,6 +2,9 @@
 // model. All of its behaviour lives in internal/cli.
 package main
 
+// The Markdown command reference in docs/ (a test fails when it is stale).
+//go:generate go run . docs ../../docs
+
 import (
 	"os"
 

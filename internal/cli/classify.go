@@ -34,6 +34,8 @@ type classifyOptions struct {
 	maxDuration time.Duration
 	includeText bool
 	summaryJSON string
+	report      string
+	failOn      failPolicy
 	progress    bool
 	noProgress  bool
 	// progressSet is true when --progress or --no-progress was given.
@@ -87,7 +89,9 @@ The token comes from HF_TOKEN, else the Hugging Face token file
 	fs.BoolVar(&o.resume, "resume", false, "keep rows already in --output whose outcome is final, process only the rest")
 	fs.DurationVar(&o.maxDuration, "max-duration", 0, "stop admitting rows after this long; the rest are not_attempted (0: no limit)")
 	fs.BoolVar(&o.includeText, "include-text", false, "copy the input text into the results")
-	fs.StringVar(&o.summaryJSON, "summary-json", "", "write counts by outcome, calls, retries and elapsed time to this JSON file")
+	fs.StringVar(&o.summaryJSON, "summary-json", "", "write counts by outcome, calls, retries, elapsed time, achieved rate and exit reason to this JSON file")
+	fs.StringVar(&o.report, "report", "", "at the end, draw the run to this .svg or .html file (see hfsent report)")
+	fs.Var(&o.failOn, "fail-on", "which failed rows make the exit code 1: any, a failure rate such as 5% (exit 1 above it), or none")
 	fs.BoolVar(&o.progress, "progress", false, "show a progress bar on stderr (default: when stderr is a terminal)")
 	fs.BoolVar(&o.noProgress, "no-progress", false, "never show a progress bar")
 	return cmd
@@ -114,6 +118,9 @@ func (o *classifyOptions) validate() error {
 	}
 	if o.resume && o.input == "-" {
 		return usageErrorf("--resume needs INPUT to be a file: stdin cannot be checked against the earlier run")
+	}
+	if err := o.validReport(); err != nil {
+		return err
 	}
 	return nil
 }
@@ -147,11 +154,12 @@ func runClassify(ctx context.Context, o *classifyOptions, ios *IOStreams, log *s
 	if o.maxDuration > 0 {
 		ctx = resilience.WithWaitLimit(ctx, time.Now().Add(o.maxDuration))
 	}
+	runSink, writePicture := o.classifyReport(out.sink, log)
 	bar := newProgress(ios, o, total)
 	if o.prov.adaptive {
 		bar.showLimit(counters.Limit)
 	}
-	sum, runErr := engine.Run(ctx, out.src, out.sink, cls, engine.Config{
+	sum, runErr := engine.Run(ctx, out.src, runSink, cls, engine.Config{
 		Concurrency:   o.prov.concurrency,
 		AdmissionWait: o.prov.admissionWait,
 		RowDeadline:   o.prov.rowDeadline,
@@ -170,12 +178,15 @@ func runClassify(ctx context.Context, o *classifyOptions, ios *IOStreams, log *s
 
 	stats := counters.Snapshot(sum.Elapsed)
 	fmt.Fprintln(ios.ErrOut, summaryLine(sum, stats))
-	code := exitFor(sum, runErr)
+	v := exitFor(sum, runErr, o.failOn)
+	code := v.Code
 	if o.summaryJSON != "" {
-		if err := writeSummaryJSON(o.summaryJSON, sum, stats, code); err != nil {
+		if err := writeSummaryJSON(o.summaryJSON, sum, stats, v); err != nil {
 			log.Error("cannot write --summary-json", "path", o.summaryJSON, "err", err)
 		}
 	}
+	writeStepSummary(ios, log, "hfsent classify "+o.input, sum, v)
+	writePicture()
 	switch {
 	case runErr != nil:
 		return &exitError{code: code, err: fmt.Errorf("writing %s: %w", outputName(o), runErr)}
@@ -187,19 +198,19 @@ func runClassify(ctx context.Context, o *classifyOptions, ios *IOStreams, log *s
 	return silentExit(code)
 }
 
-// exitFor decides the exit code of a classify run.
-func exitFor(sum engine.Summary, runErr error) int {
+// exitFor decides the exit code of a classify run; --fail-on decides only
+// among row outcomes.
+func exitFor(sum engine.Summary, runErr error, failOn failPolicy) verdict {
+	v := failOn.judge(sum)
 	switch {
 	case sum.Stop == engine.StopInterrupted:
-		return ExitInterrupted
+		v.Code, v.Reason = ExitInterrupted, reasonInterrupted
 	case sum.InputErr != nil:
-		return ExitUsage
+		v.Code, v.Reason = ExitUsage, reasonInputError
 	case runErr != nil:
-		return ExitRowsFailed
-	case sum.OK():
-		return ExitOK
+		v.Code, v.Reason = ExitRowsFailed, reasonWriteError
 	}
-	return ExitRowsFailed
+	return v
 }
 
 // openInput opens INPUT. A regular file is read once in full first, so a

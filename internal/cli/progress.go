@@ -43,6 +43,8 @@ func newProgress(ios *IOStreams, o *classifyOptions, total int64) *progress {
 		progressbar.OptionThrottle(100*time.Millisecond),
 		progressbar.OptionSetWidth(24),
 		progressbar.OptionClearOnFinish(),
+		// No colour codes ever, so NO_COLOR and plain terminals hold.
+		progressbar.OptionEnableColorCodes(false),
 	)
 	return &progress{bar: bar}
 }

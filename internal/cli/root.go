@@ -51,7 +51,14 @@ backoff, a circuit breaker and rate limits sit between the rows and the
 provider, so a batch of thousands finishes instead of drowning in 429s.
 
 Start offline, with no token:
-  hfsent classify samples/feedback.csv --provider local -o results.csv`,
+  hfsent classify samples/feedback.csv --provider local -o results.csv
+
+Logs go to stderr (--log-level, --log-format text|json); hfsent never writes
+colour codes, so NO_COLOR and plain terminals need nothing.`,
+		Example: `  hfsent check                                  # token, endpoint, answer shape
+  hfsent classify feedback.csv -o results.csv --summary-json summary.json --fail-on 5%
+  hfsent report results.csv -o run.html
+  source <(hfsent completion bash)              # shell completion`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		Version:       version,
@@ -66,6 +73,8 @@ Start offline, with no token:
 
 	root.AddCommand(newClassifyCmd(ios, g))
 	root.AddCommand(newVersionCmd(ios))
+	root.AddCommand(newReportCmd(ios), newCheckCmd(ios), newDocsCmd())
+	registerCompletions(root)
 	return root
 }
 

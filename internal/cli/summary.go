@@ -51,9 +51,11 @@ type summaryJSON struct {
 	Stop       string           `json:"stop,omitempty"`
 	ExitCode   int              `json:"exit_code"`
 	Resilience resilienceJSON   `json:"resilience"`
+	ciSummary
 }
 
-func writeSummaryJSON(path string, s engine.Summary, r resilience.Stats, code int) error {
+func writeSummaryJSON(path string, s engine.Summary, r resilience.Stats, v verdict) error {
+	code := v.Code
 	out := summaryJSON{
 		Resilience: newResilienceJSON(r),
 		Rows:       s.Rows,
@@ -73,6 +75,7 @@ func writeSummaryJSON(path string, s engine.Summary, r resilience.Stats, code in
 	if secs := s.Elapsed.Seconds(); secs > 0 {
 		out.RowsPerSec = float64(s.Rows) / secs
 	}
+	out.ciSummary = newCISummary(s, v)
 	b, err := json.MarshalIndent(out, "", "  ")
 	if err != nil {
 		return err

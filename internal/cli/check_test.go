@@ -1,0 +1,133 @@
+package cli
+
+import (
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hfsent/hfsent/internal/fakehf"
+)
+
+const checkToken = "hf_checkSecret0123456789"
+
+func TestCheck(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		fake   *fakehf.Fake
+		env    map[string]string
+		want   int
+		expect []string
+	}{
+		{
+			name: "nested answer, token from HF_TOKEN",
+			fake: &fakehf.Fake{Token: checkToken},
+			env:  map[string]string{"HF_TOKEN": checkToken},
+			want: ExitOK,
+			expect: []string{"token:    found (HF_TOKEN)", "status:   200 OK", "latency:  ", "shape:    nested",
+				"label:    POSITIVE (score 0.9987)", "result:   ok: a batch would work"},
+		},
+		{
+			name:   "flat answer, no token needed with --endpoint",
+			fake:   &fakehf.Fake{Flat: true},
+			env:    map[string]string{"HOME": "/nonexistent"},
+			want:   ExitOK,
+			expect: []string{"token:    not found (none sent; not required with --endpoint)", "shape:    flat", "result:   ok"},
+		},
+		{
+			name:   "token rejected",
+			fake:   &fakehf.Fake{Token: "hf_other"},
+			env:    map[string]string{"HF_TOKEN": checkToken},
+			want:   ExitCheckFailed,
+			expect: []string{"status:   401 Unauthorized", "outcome:  upstream_auth", "result:   FAIL: token rejected"},
+		},
+		{
+			name: "not a classification",
+			fake: &fakehf.Fake{Script: func(int64, []string, *http.Request) fakehf.Reply {
+				return fakehf.Reply{Body: `{"generated_text":"hello"}`}
+			}},
+			want:   ExitCheckFailed,
+			expect: []string{"status:   200 OK", "shape:    not a classification answer", "outcome:  upstream_payload"},
+		},
+		{
+			name: "model loading is waited for",
+			fake: &fakehf.Fake{Script: func(_ int64, _ []string, r *http.Request) fakehf.Reply {
+				if r.Header.Get("X-Wait-For-Model") != "1" {
+					return fakehf.Reply{Status: 503, Body: `{"error":"Model is currently loading","estimated_time":20}`}
+				}
+				return fakehf.Reply{}
+			}},
+			want:   ExitOK,
+			expect: []string{"result:   ok"},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := tc.fake
+			srv := fakehf.Start(f)
+			defer srv.Close()
+			code, out, stderr := ciRun(t, tc.env, "check", "--endpoint", srv.URL+"/models/{model}", "--timeout", "5s")
+			if code != tc.want {
+				t.Errorf("exit %d, want %d\n%s%s", code, tc.want, out, stderr)
+			}
+			for _, want := range tc.expect {
+				if !strings.Contains(out, want) {
+					t.Errorf("output lacks %q:\n%s", want, out)
+				}
+			}
+			if !strings.Contains(out, "endpoint: "+srv.URL+"/models/distilbert/") {
+				t.Errorf("output does not name the endpoint with the model filled in:\n%s", out)
+			}
+			if strings.Contains(out+stderr, checkToken) {
+				t.Errorf("the token value was printed:\n%s%s", out, stderr)
+			}
+			if f.Calls() != 1 {
+				t.Errorf("check made %d calls, want exactly 1", f.Calls())
+			}
+		})
+	}
+}
+
+func TestCheckTokenFile(t *testing.T) {
+	srv := fakehf.Start(&fakehf.Fake{Token: checkToken})
+	defer srv.Close()
+	path := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(path, []byte(checkToken+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, out, _ := ciRun(t, map[string]string{"HF_TOKEN_PATH": path}, "check", "--endpoint", srv.URL)
+	if code != ExitOK || !strings.Contains(out, "token:    found ("+path+")") || strings.Contains(out, checkToken) {
+		t.Errorf("exit %d, output:\n%s", code, out)
+	}
+}
+
+func TestCheckNoTokenSendsNothing(t *testing.T) {
+	// The default endpoint with no token: nothing may be sent anywhere.
+	start := time.Now()
+	code, out, _ := ciRun(t, map[string]string{"HOME": t.TempDir()}, "check")
+	if code != ExitCheckFailed {
+		t.Errorf("exit %d, want 1", code)
+	}
+	for _, want := range []string{"token:    not found (looked in HF_TOKEN and ", "endpoint: https://router.huggingface.co/", "result:   FAIL: no Hugging Face token"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "status:") || time.Since(start) > 5*time.Second {
+		t.Errorf("check seems to have called out without a token:\n%s", out)
+	}
+}
+
+func TestCheckBadFlags(t *testing.T) {
+	for _, args := range [][]string{
+		{"check", "--timeout", "0s"},
+		{"check", "--model", " "},
+		{"check", "--endpoint", "ftp://x"},
+		{"check", "extra-arg"},
+	} {
+		if code, _, _ := ciRun(t, map[string]string{"HF_TOKEN": "x"}, args...); code != ExitUsage {
+			t.Errorf("%v: exit %d, want 2", args, code)
+		}
+	}
+}

@@ -1,0 +1,29 @@
+package cli
+
+import "github.com/spf13/cobra"
+
+// registerCompletions adds value completion for flags with a fixed set of
+// values; cobra's own `completion` command does the rest.
+func registerCompletions(root *cobra.Command) {
+	fixed := func(vals ...string) func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
+		return func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
+			return vals, cobra.ShellCompDirectiveNoFileComp
+		}
+	}
+	_ = root.RegisterFlagCompletionFunc("log-level", fixed("debug", "info", "warn", "error"))
+	_ = root.RegisterFlagCompletionFunc("log-format", fixed("text", "json"))
+	for _, c := range root.Commands() {
+		if c.Flags().Lookup("fail-on") != nil {
+			_ = c.RegisterFlagCompletionFunc("fail-on", fixed("any", "none", "1%", "5%"))
+		}
+		if c.Flags().Lookup("provider") != nil {
+			_ = c.RegisterFlagCompletionFunc("provider", fixed("hf", "local"))
+		}
+		switch c.Name() {
+		case "report":
+			_ = c.MarkFlagFilename("output", "svg", "html")
+		case "classify":
+			_ = c.MarkFlagFilename("report", "svg", "html")
+		}
+	}
+}
