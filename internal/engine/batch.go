@@ -77,19 +77,7 @@ func (r *run) follow(q queued, k dedupe.Key, f *dedupe.Flight[answer], workers *
 		r.finishNotAttempted(q)
 		return
 	}
-	actx, cancel := r.admitCtx, context.CancelFunc(func() {})
-	if r.cfg.AdmissionWait > 0 {
-		actx, cancel = context.WithDeadline(r.admitCtx, q.at.Add(r.cfg.AdmissionWait))
-	}
-	err := r.slots.Acquire(actx, 1)
-	cancel()
-	if err != nil {
-		if r.admitCtx.Err() != nil {
-			r.finishNotAttempted(q)
-		} else {
-			r.finish(q, results.Row{Outcome: outcome.LocalCapacity, StartedMs: -1,
-				Error: "no free slot within --admission-wait " + r.cfg.AdmissionWait.String()})
-		}
+	if !r.acquireSlot(q) {
 		return
 	}
 	r.dispatch([]item{{q: q, key: k}}, workers)

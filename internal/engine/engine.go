@@ -319,25 +319,35 @@ func (r *run) admit(admitq <-chan queued, workers *sync.WaitGroup) {
 		if !ok {
 			continue
 		}
-		actx, cancel := r.admitCtx, context.CancelFunc(func() {})
-		if r.cfg.AdmissionWait > 0 {
-			actx, cancel = context.WithDeadline(r.admitCtx, q.at.Add(r.cfg.AdmissionWait))
-		}
-		err := r.slots.Acquire(actx, 1)
-		cancel()
-		if err != nil {
-			if r.admitCtx.Err() != nil {
-				r.finishNotAttempted(q)
-			} else {
-				r.finish(q, results.Row{Outcome: outcome.LocalCapacity, StartedMs: -1,
-					Error: fmt.Sprintf("no free slot within --admission-wait %s", r.cfg.AdmissionWait)})
-			}
+		if !r.acquireSlot(q) {
 			r.release(it, results.Row{})
 			continue
 		}
 		batch := r.gather(admitq, []item{it}, workers)
 		r.dispatch(batch, workers)
 	}
+}
+
+// acquireSlot waits for a concurrency slot for q, up to --admission-wait from
+// when q was read. Without one, q is finished here (local_capacity, or
+// not_attempted when admission stopped) and the answer is false.
+func (r *run) acquireSlot(q queued) bool {
+	actx, cancel := r.admitCtx, context.CancelFunc(func() {})
+	if r.cfg.AdmissionWait > 0 {
+		actx, cancel = context.WithDeadline(r.admitCtx, q.at.Add(r.cfg.AdmissionWait))
+	}
+	err := r.slots.Acquire(actx, 1)
+	cancel()
+	if err == nil {
+		return true
+	}
+	if r.admitCtx.Err() != nil {
+		r.finishNotAttempted(q)
+	} else {
+		r.finish(q, results.Row{Outcome: outcome.LocalCapacity, StartedMs: -1,
+			Error: fmt.Sprintf("no free slot within --admission-wait %s", r.cfg.AdmissionWait)})
+	}
+	return false
 }
 
 // dispatch runs one call, holding the slot already acquired for it.

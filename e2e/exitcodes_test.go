@@ -1,0 +1,95 @@
+package e2e
+
+import (
+	"bytes"
+	"encoding/csv"
+	"errors"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/hfsent/hfsent/internal/fakehf"
+)
+
+// Exit codes and the split between stdout (results) and stderr (summary,
+// logs), as a script sees them.
+
+type result struct {
+	code           int
+	stdout, stderr string
+}
+
+func runBin(t *testing.T, env []string, args ...string) result {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append([]string{"HOME=" + t.TempDir(), "PATH=" + os.Getenv("PATH")}, env...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	code := 0
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return result{code, out.String(), errb.String()}
+}
+
+func TestLocalSampleExitsZero(t *testing.T) {
+	r := runBin(t, nil, "classify", "../samples/feedback.csv", "--provider", "local")
+	if r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	recs, err := csv.NewReader(strings.NewReader(r.stdout)).ReadAll()
+	if err != nil || len(recs) != 14 || recs[0][0] != "request_id" {
+		t.Fatalf("stdout is not the 13-row results CSV (%v):\n%s", err, r.stdout)
+	}
+	if !strings.HasPrefix(r.stderr, "rows=13 success=13") || strings.Contains(r.stderr, "\x1b[") {
+		t.Fatalf("stderr should hold only the summary line (no bar off a terminal):\n%q", r.stderr)
+	}
+}
+
+func TestOutputFileAndStdoutStaysClean(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "results.csv")
+	r := runBin(t, nil, "classify", "../samples/feedback.csv", "--provider", "local", "-o", out)
+	if r.code != 0 || r.stdout != "" {
+		t.Fatalf("exit %d, stdout %q", r.code, r.stdout)
+	}
+	b, err := os.ReadFile(out)
+	if err != nil || !bytes.HasPrefix(b, []byte("request_id,status,label,score,outcome,model,attempts,latency_ms,error,queued_ms,started_ms,finished_ms\n")) {
+		t.Fatalf("results file: %v\n%s", err, b)
+	}
+}
+
+func TestExitCodes(t *testing.T) {
+	t.Run("usage", func(t *testing.T) {
+		r := runBin(t, nil, "classify", "no-such.csv", "--provider", "local")
+		if r.code != 2 || r.stdout != "" || !strings.Contains(r.stderr, "no-such.csv") {
+			t.Fatalf("exit %d stdout %q stderr %q", r.code, r.stdout, r.stderr)
+		}
+	})
+	t.Run("no token", func(t *testing.T) {
+		r := runBin(t, nil, "classify", "../samples/feedback.csv", "--retries", "0")
+		if r.code != 2 || !strings.Contains(r.stderr, "HF_TOKEN") {
+			t.Fatalf("exit %d stderr %q", r.code, r.stderr)
+		}
+	})
+	t.Run("rows failed", func(t *testing.T) {
+		srv := fakehf.Start(&fakehf.Fake{Script: func(int64, []string, *http.Request) fakehf.Reply { return fakehf.Reply{Status: 500} }})
+		defer srv.Close()
+		r := runBin(t, []string{"HF_TOKEN=hf_x"}, "classify", "../samples/feedback.csv", "--endpoint", srv.URL, "--retries", "0")
+		if r.code != 1 || !strings.Contains(r.stderr, "upstream_failed=13") {
+			t.Fatalf("exit %d stderr %q", r.code, r.stderr)
+		}
+	})
+	t.Run("version", func(t *testing.T) {
+		r := runBin(t, nil, "version")
+		if r.code != 0 || !strings.HasPrefix(r.stdout, "hfsent ") {
+			t.Fatalf("exit %d stdout %q", r.code, r.stdout)
+		}
+	})
+}
