@@ -28,7 +28,8 @@ func newReportCmd(ios *IOStreams) *cobra.Command {
 		Short: "Draw a picture of a run from its results CSV (.svg or .html)",
 		Long: `Report reads a results CSV written by classify (- reads stdin) and draws the
 run: one horizontal bar per row from when it was queued to when it finished,
-the wait for a slot shaded light and the time at the provider solid, coloured
+the wait (for a slot, a rate or adaptive limit, a cooldown) shaded light and
+the time from the first call sent to the answer solid, coloured
 by outcome; a line of calls in flight (and rows waiting) over time; and a
 table of counts by outcome and latency percentiles (p50, p95, p99, max).
 

@@ -141,10 +141,10 @@ func (r *run) gather(admitq <-chan queued, batch []item, workers *sync.WaitGroup
 // answer to one result per row.
 func (r *run) call(batch []item) []results.Row {
 	out := make([]results.Row, len(batch))
-	started := time.Now()
 	ctx, cancel := context.WithTimeout(r.callCtx, r.cfg.RowDeadline)
 	defer cancel()
-	r.send(ctx, batch, out, started)
+	var started time.Time
+	r.send(ctx, batch, out, &started)
 	return out
 }
 
@@ -152,7 +152,11 @@ func (r *run) call(batch []item) []results.Row {
 // (413, another 4xx, or an answer that is not a classification) is split in
 // halves and each half asked again, so that one bad row ends alone with its
 // outcome and its neighbours still succeed.
-func (r *run) send(ctx context.Context, batch []item, out []results.Row, started time.Time) {
+//
+// started is set to when the first call was sent: the wait before it (rate
+// limit, adaptive limit, cooldown, an open breaker) counts as waiting, not as
+// time at the provider.
+func (r *run) send(ctx context.Context, batch []item, out []results.Row, started *time.Time) {
 	texts := make([]string, len(batch))
 	for i, it := range batch {
 		texts[i] = it.q.row.Text
@@ -160,6 +164,9 @@ func (r *run) send(ctx context.Context, batch []item, out []results.Row, started
 	trace := &provider.Trace{}
 	ans, err := r.cls.Classify(provider.WithTrace(ctx, trace), texts)
 	n := trace.Attempts()
+	if at, ok := trace.FirstAttempt(); ok && started.IsZero() {
+		*started = at
+	}
 	r.calls.Add(int64(n))
 	if n > 1 {
 		r.retries.Add(int64(n - 1))
@@ -176,7 +183,10 @@ func (r *run) send(ctx context.Context, batch []item, out []results.Row, started
 		r.send(ctx, batch[h:], out[h:], started)
 		return
 	}
-	latency := time.Since(started).Milliseconds()
+	startedMs, latency := int64(-1), int64(0) // never sent: no start, no latency
+	if !started.IsZero() {
+		startedMs, latency = r.ms(*started), time.Since(*started).Milliseconds()
+	}
 	var code outcome.Code
 	var msg string
 	if err != nil {
@@ -190,7 +200,7 @@ func (r *run) send(ctx context.Context, batch []item, out []results.Row, started
 	}
 	for i := range out {
 		res := &out[i]
-		res.StartedMs, res.LatencyMs, res.Model = r.ms(started), latency, r.cls.Model()
+		res.StartedMs, res.LatencyMs, res.Model = startedMs, latency, r.cls.Model()
 		if err != nil {
 			res.Outcome, res.Error = code, msg
 			continue

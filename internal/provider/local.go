@@ -28,15 +28,15 @@ func (l *Local) Model() string { return LocalModel }
 
 // Classify implements Classifier.
 func (l *Local) Classify(ctx context.Context, texts []string) (Answer, error) {
+	if tr := TraceFrom(ctx); tr != nil {
+		tr.AddAttempt()
+	}
 	out := make([]Prediction, len(texts))
 	for i, t := range texts {
 		if err := ctx.Err(); err != nil {
 			return Answer{}, err
 		}
 		out[i] = vaderLabel(l.score(t))
-	}
-	if tr := TraceFrom(ctx); tr != nil {
-		tr.AddAttempt()
 	}
 	return Answer{Predictions: out, Model: LocalModel}, nil
 }

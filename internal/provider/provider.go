@@ -9,6 +9,7 @@ package provider
 import (
 	"context"
 	"sync/atomic"
+	"time"
 )
 
 // Prediction is the top label for one text.
@@ -42,13 +43,25 @@ type Classifier interface {
 // chain can report without widening the Classifier interface.
 type Trace struct {
 	attempts atomic.Int32
+	first    atomic.Int64 // unix nanoseconds of the first call sent, 0 before
 }
 
 // Attempts is the number of calls actually sent to a provider.
 func (t *Trace) Attempts() int { return int(t.attempts.Load()) }
 
-// AddAttempt records one call sent.
-func (t *Trace) AddAttempt() { t.attempts.Add(1) }
+// FirstAttempt is when the first call was sent; ok is false if none was.
+// The time a row waited before it (for the rate limit, the adaptive limit, a
+// cooldown) is waiting, not time at the provider.
+func (t *Trace) FirstAttempt() (at time.Time, ok bool) {
+	ns := t.first.Load()
+	return time.Unix(0, ns), ns != 0
+}
+
+// AddAttempt records one call sent, now.
+func (t *Trace) AddAttempt() {
+	t.first.CompareAndSwap(0, time.Now().UnixNano())
+	t.attempts.Add(1)
+}
 
 type traceKey struct{}
 

@@ -117,9 +117,9 @@ func (r *Report) svg(s *svgWriter) {
 			num(lx), num(ly), colour(c.Outcome), num(lx+16), num(ly+10), esc(fmt.Sprintf("%s (%d)", c.Outcome, c.Rows)))
 	}
 	ly := 70 + float64(legendRows)*18
-	s.printf(`<rect x="%d" y="%s" width="24" height="10" fill="#555" fill-opacity="0.3"/><text x="%d" y="%s">waiting for a slot (queued to started; the whole bar for rows never sent)</text>`+"\n",
+	s.printf(`<rect x="%d" y="%s" width="24" height="10" fill="#555" fill-opacity="0.3"/><text x="%d" y="%s">waiting: for a slot, a limit or a cooldown (queued to first call; the whole bar for rows never sent)</text>`+"\n",
 		left, num(ly), left+30, num(ly+9))
-	s.printf(`<rect x="%d" y="%s" width="24" height="10" fill="#555"/><text x="%d" y="%s">at the provider (started to finished)</text>`+"\n",
+	s.printf(`<rect x="%d" y="%s" width="24" height="10" fill="#555"/><text x="%d" y="%s">at the provider, retries included (first call to finished)</text>`+"\n",
 		left+520, num(ly), left+550, num(ly+9))
 	s.printf("</g>\n")
 
@@ -213,7 +213,7 @@ func (r *Report) chart(s *svgWriter, top float64, end int64, x func(int64) float
 	}
 	flightPeak, waitPeak := peakOf(r.Flight), peakOf(r.Waiting)
 	s.printf(`<g class="chart">` + "\n")
-	s.printf(`<text x="%d" y="%s" font-weight="bold">calls in flight (solid, left scale) and rows waiting for a slot (dashed, right scale), average per %s</text>`+"\n",
+	s.printf(`<text x="%d" y="%s" font-weight="bold">calls in flight (solid, left scale) and rows waiting (dashed, right scale), average per %s</text>`+"\n",
 		left, num(top-8), fmtMs(r.SliceMs))
 	s.printf(`<line x1="%d" y1="%s" x2="%d" y2="%s" stroke="#e5e5e5"/>`+"\n", left, num(top), left+plotW, num(top))
 	s.printf(`<text x="%d" y="%s" text-anchor="end" fill="#1f4e79">%s</text>`+"\n", left-6, num(top+4), num(flightPeak))
