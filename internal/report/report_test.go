@@ -271,3 +271,25 @@ func TestEmptyResults(t *testing.T) {
 		t.Errorf("%d bars for no rows", st.rows)
 	}
 }
+
+// FuzzReadCSV feeds arbitrary bytes to the report reader: it must never
+// panic, and a file it accepts must draw.
+func FuzzReadCSV(f *testing.F) {
+	f.Add([]byte("request_id,status,label,score,outcome,model,attempts,latency_ms,error,queued_ms,started_ms,finished_ms\na,200,P,0.9,success,m,1,5,,0,1,6\nb,422,,,invalid_input,,0,,blank,2,,2\n"))
+	f.Add([]byte("request_id,outcome\n"))
+	f.Add([]byte("request_id,status,label,score,outcome,model,attempts,latency_ms,error,queued_ms,started_ms,finished_ms\na,200,P,0.9,success,m,1,-5,,9,1,-6\n"))
+	f.Add([]byte(""))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		c := NewCollector(Options{})
+		if err := ReadCSV(bytes.NewReader(data), c); err != nil {
+			return
+		}
+		var buf bytes.Buffer
+		for _, format := range []Format{FormatSVG, FormatHTML} {
+			buf.Reset()
+			if err := c.Report().Write(&buf, format); err != nil {
+				t.Fatalf("an accepted file does not draw as %s: %v", format, err)
+			}
+		}
+	})
+}

@@ -10,7 +10,7 @@ import (
 	"github.com/hfsent/hfsent/internal/outcome"
 )
 
-func written(t *testing.T, includeText bool, rows ...Row) []byte {
+func written(t testing.TB, includeText bool, rows ...Row) []byte {
 	t.Helper()
 	var b bytes.Buffer
 	w, err := NewWriter(&b, includeText)
@@ -117,4 +117,34 @@ func TestStreamRefusesForeignFiles(t *testing.T) {
 	if err != nil || len(rows) != 0 {
 		t.Fatalf("torn header: %v %v", rows, err)
 	}
+}
+
+// FuzzStream feeds arbitrary bytes as an earlier run's results file, as
+// --resume reads it: the reader must never panic, and every row it yields
+// must have a known outcome (a row it cannot vouch for is an error, not a
+// guess).
+func FuzzStream(f *testing.F) {
+	whole := written(f, true, sample...)
+	f.Add(whole, true)
+	f.Add(whole[:len(whole)-7], true)
+	f.Add(written(f, false, sample...), false)
+	f.Add([]byte("request_id,status\n"), false)
+	f.Add([]byte("request_id,status,label,score,outcome,model,attempts,latency_ms,error,queued_ms,started_ms,finished_ms\nx,200,A,NaN,success,m,-1,,,,,\n"), false)
+	f.Add([]byte("\""), false)
+	f.Fuzz(func(t *testing.T, data []byte, includeText bool) {
+		s, err := NewStream(bytes.NewReader(data), int64(len(data)), includeText)
+		if err != nil {
+			return
+		}
+		defer s.Close()
+		for range 10000 {
+			r, err := s.Next()
+			if err != nil {
+				return
+			}
+			if !r.Outcome.Valid() {
+				t.Fatalf("row with unknown outcome %q passed", r.Outcome)
+			}
+		}
+	})
 }
