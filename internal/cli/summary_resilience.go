@@ -10,7 +10,11 @@ import (
 
 // resilienceLine is the part of the summary line about the provider
 // policies: what the provider answered and what the policies did about it.
+// It is empty when no call went through them (the local provider).
 func resilienceLine(r resilience.Stats) string {
+	if r.Calls == 0 && r.FallbackRows == 0 && r.Limit == 0 {
+		return ""
+	}
 	var b strings.Builder
 	fmt.Fprintf(&b, " provider_calls=%d 429s=%d timeouts=%d max_in_flight=%d calls/s=%.1f",
 		r.Calls, r.RateLimited, r.Timeouts, r.MaxInFlight, r.CallsPerSec)
