@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"encoding/csv"
 	"errors"
+	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/hfsent/hfsent/internal/fakehf"
@@ -92,4 +94,42 @@ func TestExitCodes(t *testing.T) {
 			t.Fatalf("exit %d stdout %q", r.code, r.stdout)
 		}
 	})
+}
+
+// TestFIFOInputIsReadOnce: a named pipe (or a shell's <(...)) cannot be
+// read twice; every row must still arrive, and --resume is refused for it.
+func TestFIFOInputIsReadOnce(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "in.fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Skipf("no FIFOs here: %v", err)
+	}
+	const n = 5000 // well past any read buffer
+	go func() {
+		f, err := os.OpenFile(fifo, os.O_WRONLY, 0)
+		if err != nil {
+			return
+		}
+		defer f.Close()
+		fmt.Fprintln(f, "request_id,text")
+		for i := range n {
+			fmt.Fprintf(f, "r%05d,a long enough text for row %d so that the pipe fills\n", i, i)
+		}
+	}()
+	out := filepath.Join(dir, "out.csv")
+	r := runBin(t, nil, "classify", fifo, "--provider", "local", "-o", out)
+	if r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Count(string(b), "\n") - 1; got != n {
+		t.Fatalf("%d rows written from the pipe, want %d", got, n)
+	}
+	r = runBin(t, nil, "classify", fifo, "--provider", "local", "-o", out, "--resume")
+	if r.code != 2 || !strings.Contains(r.stderr, "regular file") {
+		t.Fatalf("resume from a pipe: exit %d: %s", r.code, r.stderr)
+	}
 }

@@ -2,8 +2,11 @@ package cli
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"log/slog"
 	"os"
@@ -119,6 +122,11 @@ func (o *classifyOptions) validate() error {
 	if o.resume && o.input == "-" {
 		return usageErrorf("--resume needs INPUT to be a file: stdin cannot be checked against the earlier run")
 	}
+	if st, err := os.Stat(o.input); o.resume && err == nil && !st.Mode().IsRegular() {
+		// Checked before INPUT is opened: opening a pipe with no writer
+		// would wait for ever.
+		return usageErrorf("--resume needs INPUT to be a regular file: %s cannot be checked against the earlier run", o.input)
+	}
 	if err := o.validReport(); err != nil {
 		return err
 	}
@@ -129,12 +137,12 @@ func runClassify(ctx context.Context, o *classifyOptions, ios *IOStreams, log *s
 	if err := o.validate(); err != nil {
 		return err
 	}
-	in, name, total, closeIn, err := openInput(o, ios)
+	in, info, closeIn, err := openInput(o, ios)
 	if err != nil {
 		return err
 	}
 	defer closeIn()
-	src, err := input.NewReader(in, input.Options{Name: name, IDColumn: o.idColumn, TextColumn: o.textColumn})
+	src, err := input.NewReader(in, input.Options{Name: info.name, IDColumn: o.idColumn, TextColumn: o.textColumn})
 	if err != nil {
 		return usageError(err)
 	}
@@ -143,7 +151,7 @@ func runClassify(ctx context.Context, o *classifyOptions, ios *IOStreams, log *s
 	if err != nil {
 		return err
 	}
-	out, err := openOutput(o, ios, log, src)
+	out, err := openOutput(o, ios, log, src, info)
 	if err != nil {
 		return err
 	}
@@ -155,7 +163,7 @@ func runClassify(ctx context.Context, o *classifyOptions, ios *IOStreams, log *s
 		ctx = resilience.WithWaitLimit(ctx, time.Now().Add(o.maxDuration))
 	}
 	runSink, writePicture := o.classifyReport(out.sink, log)
-	bar := newProgress(ios, o, total)
+	bar := newProgress(ios, o, info.total)
 	if o.prov.adaptive {
 		bar.showLimit(counters.Limit)
 	}
@@ -213,36 +221,59 @@ func exitFor(sum engine.Summary, runErr error, failOn failPolicy) verdict {
 	return v
 }
 
+// inputInfo is what is known of INPUT before the run.
+type inputInfo struct {
+	name   string // for messages: the path, or "stdin"
+	total  int64  // data rows, -1 when unknown (stdin, a pipe)
+	size   int64  // bytes, with digest
+	digest string // hex SHA-256 of a regular file, "" otherwise
+}
+
 // openInput opens INPUT. A regular file is read once in full first, so a
-// malformed CSV is refused (exit 2, naming the line) before any call, and the
-// progress bar knows the total; stdin cannot be, and gives total -1.
-func openInput(o *classifyOptions, ios *IOStreams) (io.Reader, string, int64, func(), error) {
+// malformed CSV is refused (exit 2, naming the line) before any call, the
+// progress bar knows the total, and --resume has the file's fingerprint;
+// stdin and pipes cannot be read twice.
+func openInput(o *classifyOptions, ios *IOStreams) (io.Reader, inputInfo, func(), error) {
 	if o.input == "-" {
-		return ios.In, "stdin", -1, func() {}, nil
+		return ios.In, inputInfo{name: "stdin", total: -1}, func() {}, nil
 	}
+	info := inputInfo{name: o.input, total: -1}
 	f, err := os.Open(o.input)
 	if err != nil {
-		return nil, "", 0, nil, usageErrorf("cannot open input %s: %v", o.input, unwrapPathError(err))
+		return nil, info, nil, usageErrorf("cannot open input %s: %v", o.input, unwrapPathError(err))
 	}
 	st, err := f.Stat()
 	if err != nil || !st.Mode().IsRegular() {
 		if err == nil && st.IsDir() {
 			f.Close()
-			return nil, "", 0, nil, usageErrorf("input %s is a directory", o.input)
+			return nil, info, nil, usageErrorf("input %s is a directory", o.input)
 		}
-		return f, o.input, -1, func() { f.Close() }, nil
+		return f, info, func() { f.Close() }, nil
 	}
 	opts := input.Options{Name: o.input, IDColumn: o.idColumn, TextColumn: o.textColumn}
-	total, err := input.Count(f, opts)
+	h := &digest{h: sha256.New()}
+	total, err := input.Count(io.TeeReader(f, h), opts)
 	if err != nil {
 		f.Close()
-		return nil, "", 0, nil, usageError(err)
+		return nil, info, nil, usageError(err)
 	}
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
 		f.Close()
-		return nil, "", 0, nil, usageErrorf("cannot read input %s: %v", o.input, err)
+		return nil, info, nil, usageErrorf("cannot read input %s: %v", o.input, err)
 	}
-	return f, o.input, total, func() { f.Close() }, nil
+	info.total, info.size, info.digest = total, h.n, hex.EncodeToString(h.h.Sum(nil))
+	return f, info, func() { f.Close() }, nil
+}
+
+// digest hashes and counts what passes through it.
+type digest struct {
+	h hash.Hash
+	n int64
+}
+
+func (d *digest) Write(p []byte) (int, error) {
+	d.n += int64(len(p))
+	return d.h.Write(p)
 }
 
 func outputName(o *classifyOptions) string {

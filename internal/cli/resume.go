@@ -1,8 +1,6 @@
 package cli
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -39,35 +37,24 @@ type sidecar struct {
 }
 
 // identity describes this run's input and model. Only a regular file can be
-// fingerprinted; stdin gives an identity that no resume will accept.
-func identity(o *classifyOptions) (sidecar, error) {
-	sc := sidecar{Version: 1, Input: o.input, Provider: o.prov.provider, Model: o.prov.model,
-		IDColumn: o.idColumn, TextColumn: o.textColumn}
+// fingerprinted (in the pass that checks it parses: in.digest); stdin or a
+// pipe gives an identity that no resume will accept.
+func identity(o *classifyOptions, in inputInfo) sidecar {
+	sc := sidecar{Version: 1, Input: in.name, Provider: o.prov.provider, Model: o.prov.model,
+		IDColumn: o.idColumn, TextColumn: o.textColumn,
+		InputSize: in.size, InputSHA256: in.digest}
 	if o.prov.provider == "local" {
 		sc.Model = provider.LocalModel
 	}
-	if o.input == "-" {
-		sc.Input = "stdin"
-		return sc, nil
-	}
-	f, err := os.Open(o.input)
-	if err != nil {
-		return sc, err
-	}
-	defer f.Close()
-	h := sha256.New()
-	n, err := io.Copy(h, f)
-	if err != nil {
-		return sc, err
-	}
-	sc.InputSize, sc.InputSHA256 = n, hex.EncodeToString(h.Sum(nil))
-	return sc, nil
+	return sc
 }
 
 // mismatch says how prev (the sidecar of the existing output) differs from
 // this run, or "" when the output may be resumed.
 func (cur sidecar) mismatch(prev sidecar) string {
 	switch {
+	case cur.InputSHA256 == "":
+		return fmt.Sprintf("this run's input %s is not a regular file, so it cannot be checked against the earlier run", cur.Input)
 	case prev.InputSHA256 == "":
 		return fmt.Sprintf("it was written from %s, which cannot be checked", prev.Input)
 	case prev.InputSHA256 != cur.InputSHA256 || prev.InputSize != cur.InputSize:
@@ -119,7 +106,7 @@ type output struct {
 // openOutput prepares the output. src reads the input; for a resume it is
 // wrapped so that rows already final in the old file are passed on as they
 // are.
-func openOutput(o *classifyOptions, ios *IOStreams, log *slog.Logger, src *input.Reader) (*output, error) {
+func openOutput(o *classifyOptions, ios *IOStreams, log *slog.Logger, src *input.Reader, in inputInfo) (*output, error) {
 	if o.output == "" || o.output == "-" {
 		w, err := results.NewWriter(ios.Out, o.includeText)
 		if err != nil {
@@ -130,10 +117,7 @@ func openOutput(o *classifyOptions, ios *IOStreams, log *slog.Logger, src *input
 	if o.input != "-" && sameFile(o.input, o.output) {
 		return nil, usageErrorf("--output %s is the input file; choose another path", o.output)
 	}
-	id, err := identity(o)
-	if err != nil {
-		return nil, usageErrorf("cannot read input %s: %v", o.input, unwrapPathError(err))
-	}
+	id := identity(o, in)
 	if o.resume {
 		st, err := os.Stat(o.output)
 		switch {
