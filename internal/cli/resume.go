@@ -159,6 +159,9 @@ func openResume(o *classifyOptions, log *slog.Logger, src *input.Reader, id side
 	if why := id.mismatch(prev); why != "" {
 		return nil, usageErrorf("--resume: %s does not belong to this run: %s; run without --resume to start over, or choose another --output", o.output, why)
 	}
+	if err := recoverResume(o, log); err != nil {
+		return nil, err
+	}
 	old, err := os.Open(o.output)
 	if err != nil {
 		return nil, usageErrorf("cannot read output %s: %v", o.output, unwrapPathError(err))
@@ -201,6 +204,109 @@ func openResume(o *classifyOptions, log *slog.Logger, src *input.Reader, id side
 		}
 	}
 	return &output{src: &resumeSource{in: src, r: r}, sink: r, w: w, close: r.close}, nil
+}
+
+// recoverResume folds in what an earlier resume left behind when it was
+// killed before its new file caught up with the old one: that file holds the
+// first P rows of the merged result (rows are written in input order), the
+// old output the rows from P on. Put together they are the most finished
+// state, so the rows that resume redid are not redone again. The merge goes
+// to a third file and is renamed into place, so a crash here loses nothing
+// either, and running it twice gives the same file.
+func recoverResume(o *classifyOptions, log *slog.Logger) error {
+	tmpPath := o.output + resumeTempSuffix
+	tmp, err := os.Open(tmpPath)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return usageErrorf("cannot read %s: %v", tmpPath, unwrapPathError(err))
+	}
+	defer tmp.Close()
+	newer, err := openStream(tmp, o.includeText)
+	if err != nil {
+		log.Warn("--resume: ignoring "+tmpPath+", left by an earlier resume: it is not a results file of this run", "err", err)
+		_ = os.Remove(tmpPath)
+		return nil
+	}
+	defer newer.Close()
+	oldf, err := os.Open(o.output)
+	if err != nil {
+		return usageErrorf("cannot read output %s: %v", o.output, unwrapPathError(err))
+	}
+	defer oldf.Close()
+	older, err := openStream(oldf, o.includeText)
+	if err != nil {
+		return usageErrorf("--resume: %s: %v; run without --resume to start over", o.output, err)
+	}
+	defer older.Close()
+
+	mergedPath := o.output + ".hfsent-recover.tmp"
+	f, err := os.OpenFile(mergedPath, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return usageErrorf("cannot create %s: %v", mergedPath, unwrapPathError(err))
+	}
+	fail := func(err error) error {
+		f.Close()
+		os.Remove(mergedPath)
+		return usageErrorf("--resume: recovering %s: %v", tmpPath, err)
+	}
+	w, err := results.NewWriter(f, o.includeText)
+	if err != nil {
+		return fail(err)
+	}
+	var batch []results.Row
+	flush := func() error {
+		err := w.Write(batch)
+		batch = batch[:0]
+		return err
+	}
+	var fromNewer int64
+	// A damaged tail of the newer file ends its part: the old file still
+	// holds those rows.
+	for row, err := newer.Next(); err == nil; row, err = newer.Next() {
+		if batch = append(batch, row); len(batch) >= 1024 {
+			if err := flush(); err != nil {
+				return fail(err)
+			}
+		}
+		fromNewer++
+	}
+	var skipped int64
+	for {
+		row, err := older.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return fail(fmt.Errorf("reading %s: %w", o.output, err))
+		}
+		if skipped < fromNewer {
+			skipped++
+			continue
+		}
+		if batch = append(batch, row); len(batch) >= 1024 {
+			if err := flush(); err != nil {
+				return fail(err)
+			}
+		}
+	}
+	if err := flush(); err != nil {
+		return fail(err)
+	}
+	if err := f.Sync(); err != nil && !errors.Is(err, os.ErrInvalid) {
+		return fail(err)
+	}
+	if err := f.Close(); err != nil {
+		return fail(err)
+	}
+	if err := os.Rename(mergedPath, o.output); err != nil {
+		return fail(err)
+	}
+	syncDir(filepath.Dir(o.output))
+	_ = os.Remove(tmpPath)
+	log.Info(fmt.Sprintf("--resume: an earlier resume of %s was cut short; its %d finished rows are kept", o.output, fromNewer))
+	return nil
 }
 
 type resumePlan struct {
