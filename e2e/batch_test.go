@@ -129,6 +129,18 @@ func TestDedupe(t *testing.T) {
 			t.Fatalf("%q sent %d times", txt, c)
 		}
 	}
+	unsent := 0
+	for _, r := range rows {
+		if r["attempts"] == "0" {
+			unsent++
+			if r["started_ms"] != "" || r["latency_ms"] != "" {
+				t.Fatalf("reused row %s has a start (%q) or latency (%q) though it was never sent", r["request_id"], r["started_ms"], r["latency_ms"])
+			}
+		}
+	}
+	if unsent != 190 {
+		t.Fatalf("%d rows with no attempt, want the 190 reused", unsent)
+	}
 	if !strings.Contains(e, "reused=190") {
 		t.Fatalf("summary does not count reused rows: %s", e)
 	}

@@ -51,7 +51,7 @@ func (r *run) claim(q queued, workers *sync.WaitGroup) (item, bool) {
 	v, st, f := r.cache.Claim(k)
 	switch st {
 	case dedupe.Hit:
-		r.finishReused(q, v, time.Now())
+		r.finishReused(q, v)
 		return item{}, false
 	case dedupe.Wait:
 		workers.Add(1)
@@ -67,10 +67,9 @@ func (r *run) claim(q queued, workers *sync.WaitGroup) (item, bool) {
 // follow waits for the call in flight for the same text. If it failed, the
 // row asks for itself (the failure may have been passing), taking a slot.
 func (r *run) follow(q queued, k dedupe.Key, f *dedupe.Flight[answer], workers *sync.WaitGroup) {
-	since := time.Now()
 	<-f.Done() // every flight is finished: its leader is always completed
 	if v, ok := f.Result(); ok {
-		r.finishReused(q, v, since)
+		r.finishReused(q, v)
 		return
 	}
 	if r.admitCtx.Err() != nil {
@@ -97,11 +96,12 @@ func (r *run) release(it item, res results.Row) {
 	}
 }
 
-func (r *run) finishReused(q queued, a answer, since time.Time) {
+// finishReused answers q with another row's answer. q was never sent, so
+// it has no start: its wait for that answer is waiting, and it stays out of
+// the latency percentiles and the calls in flight.
+func (r *run) finishReused(q queued, a answer) {
 	r.reused.Add(1)
-	now := time.Now()
-	r.finish(q, results.Row{Outcome: outcome.Success, Label: a.Label, Score: a.Score, Model: a.Model,
-		StartedMs: r.ms(since), LatencyMs: now.Sub(since).Milliseconds()})
+	r.finish(q, results.Row{Outcome: outcome.Success, Label: a.Label, Score: a.Score, Model: a.Model, StartedMs: -1})
 }
 
 // gather fills a batch with the rows that follow, while the slot is held:

@@ -26,7 +26,7 @@ type Record struct {
 	Outcome    string
 	Sent       bool  // false for rows never sent (no started_ms)
 	QueuedMs   int64 // when the row was read
-	StartedMs  int64 // when it got a slot; meaningless unless Sent
+	StartedMs  int64 // when its first call was sent; meaningless unless Sent
 	FinishedMs int64
 	LatencyMs  int64 // meaningless unless Sent
 }
