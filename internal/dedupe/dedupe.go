@@ -33,7 +33,6 @@ type Cache[V any] struct {
 	lru     *list.List // of *entry[V], most recent first
 	entries map[Key]*list.Element
 	flights map[Key]*Flight[V]
-	hits    int64
 }
 
 type entry[V any] struct {
@@ -95,7 +94,6 @@ func (c *Cache[V]) Claim(k Key) (V, State, *Flight[V]) {
 	defer c.mu.Unlock()
 	if el, ok := c.entries[k]; ok {
 		c.lru.MoveToFront(el)
-		c.hits++
 		return el.Value.(*entry[V]).val, Hit, nil
 	}
 	var zero V
@@ -147,11 +145,4 @@ func (c *Cache[V]) Len() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.lru.Len()
-}
-
-// Hits is how many Claims found an answer.
-func (c *Cache[V]) Hits() int64 {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.hits
 }
