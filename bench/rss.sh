@@ -4,22 +4,15 @@
 # no latency, under /usr/bin/time -v. Prints peak RSS and rows/s.
 #   bench/rss.sh [ROWS] [extra classify flags...]
 set -euo pipefail
-cd "$(dirname "$0")/.."
 rows=${1:-1000000}; shift || true
 [[ -x /usr/bin/time ]] || { echo "needs GNU time: apt-get install -y time" >&2; exit 2; }
-work=$(mktemp -d)
-trap 'kill $fake_pid 2>/dev/null || true; rm -rf "$work"' EXIT
+source "$(dirname "$0")/lib.sh"
 
-go build -o "$work/hfsent" ./cmd/hfsent
-go build -o "$work/fakeprovider" ./bench/fakeprovider
-awk -v n="$rows" 'BEGIN { print "request_id,text"; for (i = 0; i < n; i++) printf "r%d,\"review %d: the delivery was quick and the product works well\"\n", i, i }' > "$work/in.csv"
-
-"$work/fakeprovider" -latency "${LATENCY:-0s}" -addr-file "$work/addr" 2>"$work/fake.log" &
-fake_pid=$!
-for _ in $(seq 100); do [[ -s $work/addr ]] && break; sleep 0.05; done
+gen_csv "$rows" "$work/in.csv" "review: the delivery was quick and the product works well, number"
+start_fake -latency "${LATENCY:-0s}"
 
 /usr/bin/time -v "$work/hfsent" classify "$work/in.csv" -o "$work/out.csv" \
-  --endpoint "http://$(cat "$work/addr")" -c "${CONC:-64}" --retries 0 --no-progress \
+  --endpoint "http://$(fake_addr)" -c "${CONC:-64}" --retries 0 --no-progress \
   --summary-json "$work/sum.json" "$@" 2>"$work/time.log" || true
 grep -E '^rows=' "$work/time.log" || tail -5 "$work/time.log"
 rss_kb=$(awk -F': ' '/Maximum resident set size/ { print $2 }' "$work/time.log")

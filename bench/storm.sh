@@ -11,32 +11,13 @@
 # then, for -c 64 against a 20 ms provider with no limit, achieved against
 # ideal throughput (64 / 0.02 s = 3200 rows/s).
 set -euo pipefail
-cd "$(dirname "$0")/.."
-export PATH="$PATH:/usr/local/go/bin"
 ROWS=${ROWS:-340}
 FAST_ROWS=${FAST_ROWS:-6400}
+command -v jq >/dev/null || { echo "needs jq: apt-get install -y jq" >&2; exit 2; }
+source "$(dirname "$0")/lib.sh"
 
-tmp=$(mktemp -d)
-fake_pid=""
-cleanup() { [[ -n $fake_pid ]] && kill "$fake_pid" 2>/dev/null; rm -rf "$tmp"; }
-trap cleanup EXIT
-
-go build -o "$tmp/hfsent" ./cmd/hfsent
-go build -o "$tmp/fakeprovider" ./bench/fakeprovider
-
-csv() { # csv N FILE
-  { echo "request_id,text"; for ((i = 1; i <= $1; i++)); do echo "r$i,order $i arrived on time and works well"; done; } >"$2"
-}
-csv "$ROWS" "$tmp/storm.csv"
-csv "$FAST_ROWS" "$tmp/fast.csv"
-
-start_fake() {
-  rm -f "$tmp/addr"
-  "$tmp/fakeprovider" -addr-file "$tmp/addr" "$@" 2>"$tmp/fake.log" &
-  fake_pid=$!
-  for _ in $(seq 100); do [[ -s $tmp/addr ]] && break; sleep 0.05; done
-}
-stop_fake() { kill "$fake_pid"; wait "$fake_pid" 2>/dev/null || true; fake_pid=""; }
+gen_csv "$ROWS" "$work/storm.csv" "order arrived on time and works well, number"
+gen_csv "$FAST_ROWS" "$work/fast.csv" "order arrived on time and works well, number"
 
 # run NAME INPUT FAKE-FLAGS -- HFSENT-FLAGS
 run() {
@@ -45,27 +26,27 @@ run() {
   start_fake "${fake[@]}"
   local t0 t1 rc=0
   t0=$(date +%s.%N)
-  "$tmp/hfsent" classify "$input" --endpoint "http://$(cat "$tmp/addr")/models/{model}" \
-    -o "$tmp/$name.csv" --summary-json "$tmp/$name.json" --no-progress --log-level warn "$@" 2>"$tmp/$name.err" || rc=$?
+  "$work/hfsent" classify "$input" --endpoint "http://$(fake_addr)/models/{model}" \
+    -o "$work/$name.csv" --summary-json "$work/$name.json" --no-progress --log-level warn "$@" 2>"$work/$name.err" || rc=$?
   t1=$(date +%s.%N)
   stop_fake
-  echo "$t1 - $t0" | bc -l >"$tmp/$name.wall"
-  echo "  exit=$rc  $(tail -1 "$tmp/$name.err")"
-  echo "  fake: $(tail -1 "$tmp/fake.log")"
+  echo "$t1 - $t0" | bc -l >"$work/$name.wall"
+  echo "  exit=$rc  $(tail -1 "$work/$name.err")"
+  echo "  fake: $(tail -1 "$work/fake.log")"
 }
 
 storm() { # storm NAME FAKE-FLAGS...
   local name=storm$((++storms)); echo "== $1"; shift
   echo "   $ROWS rows, capacity 8, 3% 503, 100 ms; hfsent -c 32 --adaptive"
-  run "$name" "$tmp/storm.csv" -latency 100ms -capacity 8 -fail 0.03 "$@" -- -c 32 --adaptive
+  run "$name" "$work/storm.csv" -latency 100ms -capacity 8 -fail 0.03 "$@" -- -c 32 --adaptive
   local wall ideal
-  wall=$(cat "$tmp/$name.wall")
+  wall=$(cat "$work/$name.wall")
   ideal=$(echo "$ROWS * 0.1 / 8" | bc -l)
   jq -r --arg wall "$wall" --arg ideal "$ideal" '
     "  wall \($wall | tonumber * 100 | round / 100) s vs ideal \($ideal | tonumber * 100 | round / 100) s (x\(($wall | tonumber) / ($ideal | tonumber) * 100 | round / 100))" +
     "; success \(.outcomes.success)/\(.rows)" +
     "; 429s \(.resilience.rate_limited_429s) of \(.resilience.provider_calls) calls = \(.resilience.rate_limited_429s / .resilience.provider_calls * 1000 | round / 10)%" +
-    "; final limit \(.resilience.adaptive_limit)"' "$tmp/$name.json"
+    "; final limit \(.resilience.adaptive_limit)"' "$work/$name.json"
 }
 
 storms=0 fasts=0
@@ -77,12 +58,12 @@ storm "429 at once, Retry-After: 1" -retry-after 1 -reject-fast
 fast() { # fast NAME HFSENT-FLAGS...
   local name=fast$((++fasts)); echo "== $1"; shift
   echo "   $FAST_ROWS rows, 20 ms, no limit; hfsent -c 64 $*"
-  run "$name" "$tmp/fast.csv" -latency 20ms -- -c 64 "$@"
+  run "$name" "$work/fast.csv" -latency 20ms -- -c 64 "$@"
   local wall
-  wall=$(cat "$tmp/$name.wall")
+  wall=$(cat "$work/$name.wall")
   jq -r --arg wall "$wall" '
     (.rows / ($wall | tonumber)) as $rps |
-    "  wall \($wall | tonumber * 100 | round / 100) s; \($rps | round) rows/s vs ideal 3200 = \($rps / 3200 * 1000 | round / 10)%; max in flight \(.resilience.max_in_flight)"' "$tmp/$name.json"
+    "  wall \($wall | tonumber * 100 | round / 100) s; \($rps | round) rows/s vs ideal 3200 = \($rps / 3200 * 1000 | round / 10)%; max in flight \(.resilience.max_in_flight)"' "$work/$name.json"
 }
 fast "fixed"
 fast "adaptive" --adaptive
