@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bytes"
+	"context"
 	"encoding/csv"
 	"errors"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/hfsent/hfsent/internal/fakehf"
 )
@@ -24,21 +26,23 @@ type result struct {
 	stdout, stderr string
 }
 
+// runBin is run (the clean environment, the time limit) with env added and
+// stdout kept too.
 func runBin(t *testing.T, env []string, args ...string) result {
 	t.Helper()
-	cmd := exec.Command(bin, args...)
-	cmd.Env = append([]string{"HOME=" + t.TempDir(), "PATH=" + os.Getenv("PATH")}, env...)
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
-	code := 0
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		code = ee.ExitCode()
-	} else if err != nil {
-		t.Fatal(err)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd, stderr := hfsent(t, ctx, args...)
+	cmd.Env = append(cmd.Env, env...)
+	var out bytes.Buffer
+	cmd.Stdout = &out
+	if err := cmd.Run(); err != nil {
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) {
+			t.Fatalf("running hfsent: %v", err)
+		}
 	}
-	return result{code, out.String(), errb.String()}
+	return result{cmd.ProcessState.ExitCode(), out.String(), stderr.String()}
 }
 
 func TestLocalSampleExitsZero(t *testing.T) {
