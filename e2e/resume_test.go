@@ -16,7 +16,9 @@ import (
 // disk, checks the file, then resumes and checks that every row is there
 // once, in order, and what the fake was sent.
 func interruptThenResume(t *testing.T, sig syscall.Signal) {
-	const n = 600
+	// More rows than the reorder window (1024), so that the interrupt
+	// stops reading before the end.
+	const n = 3000
 	fake := &fakehf.Fake{Latency: 5 * time.Millisecond}
 	srv := fakehf.Start(fake)
 	defer srv.Close()

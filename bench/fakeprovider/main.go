@@ -1,6 +1,11 @@
 // Command fakeprovider serves the fake Hugging Face API (internal/fakehf) on
 // loopback for the benchmark scripts: a fixed latency, an optional capacity
-// beyond which calls get 429, a share of random 503s, and an outage window.
+// beyond which calls get 429, a share of random 503s, an outage window, a
+// model that is loading for a while, and poison texts.
+//
+// Poison texts carry a marker anywhere in the text: "#timeout#" is never
+// answered (the call hangs until the client gives up), "#500#" is always
+// answered 500, "#400#" always 400.
 package main
 
 import (
@@ -12,6 +17,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -29,20 +35,45 @@ func main() {
 	fail := flag.Float64("fail", 0, "share of calls answered 503 (0..1)")
 	outageAfter := flag.Duration("outage-after", 0, "start of an outage, from the first call (with -outage-for)")
 	outageFor := flag.Duration("outage-for", 0, "length of the outage: every call is answered 500")
+	loadingFor := flag.Duration("loading-for", 0, "the model is loading for this long from the first call: 503 with estimated_time, or, with X-Wait-For-Model: 1, the call is held until it is up")
+	estimate := flag.Float64("estimated-time", 20, "estimated_time (seconds) in the loading 503")
 	flat := flag.Bool("flat", false, "answer [{label,score}] rather than the nested form")
 	addrFile := flag.String("addr-file", "", "write the bound address to this file once listening")
 	flag.Parse()
 
-	var rejected, failed, outage atomic.Int64
+	var rejected, failed, outage, poisoned, loading atomic.Int64
 	var firstOnce sync.Once
 	var first time.Time
+	start := func() time.Time { firstOnce.Do(func() { first = time.Now() }); return first }
 	// It never reports what it was sent, so it keeps nothing per call: its
 	// memory stays flat over a million-row benchmark.
 	f := &fakehf.Fake{Latency: *latency, Flat: *flat, NoRecord: true}
 	f.Script = func(n int64, texts []string, r *http.Request) fakehf.Reply {
-		firstOnce.Do(func() { first = time.Now() })
+		t0 := start()
+		for _, t := range texts {
+			switch {
+			case strings.Contains(t, "#timeout#"):
+				poisoned.Add(1)
+				return fakehf.Reply{Delay: time.Hour}
+			case strings.Contains(t, "#500#"):
+				poisoned.Add(1)
+				return fakehf.Reply{Status: 500}
+			case strings.Contains(t, "#400#"):
+				poisoned.Add(1)
+				return fakehf.Reply{Status: 400}
+			}
+		}
+		if *loadingFor > 0 {
+			if left := *loadingFor - time.Since(t0); left > 0 {
+				loading.Add(1)
+				if r.Header.Get("X-Wait-For-Model") != "" {
+					return fakehf.Reply{Delay: left} // held until the model is up
+				}
+				return fakehf.Reply{Status: 503, Body: fmt.Sprintf(`{"error":"Model %s is currently loading","estimated_time":%.1f}`, "fake/model", *estimate)}
+			}
+		}
 		if *outageFor > 0 {
-			if since := time.Since(first); since >= *outageAfter && since < *outageAfter+*outageFor {
+			if since := time.Since(t0); since >= *outageAfter && since < *outageAfter+*outageFor {
 				outage.Add(1)
 				return fakehf.Reply{Status: 500}
 			}
@@ -80,8 +111,8 @@ func main() {
 		sig := make(chan os.Signal, 1)
 		signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
 		<-sig
-		fmt.Fprintf(os.Stderr, "fakeprovider: calls=%d max_in_flight=%d 429=%d 503=%d outage_500=%d\n",
-			f.Calls(), f.MaxInFlight(), rejected.Load(), failed.Load(), outage.Load())
+		fmt.Fprintf(os.Stderr, "fakeprovider: calls=%d max_in_flight=%d 429=%d 503=%d outage_500=%d poison=%d loading=%d\n",
+			f.Calls(), f.MaxInFlight(), rejected.Load(), failed.Load(), outage.Load(), poisoned.Load(), loading.Load())
 		_ = srv.Close()
 	}()
 	if err := srv.Serve(ln); err != nil && err != http.ErrServerClosed {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"github.com/hfsent/hfsent/internal/outcome"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -93,8 +94,8 @@ func TestSummaryJSONMixedRun(t *testing.T) {
 			t.Errorf("outcomes[%s] = %d, want %d", k, v, wantOutcomes[k])
 		}
 	}
-	if len(got.Outcomes) != 12 {
-		t.Errorf("outcomes has %d codes, want all 12 (zeros included, so scripts can index any)", len(got.Outcomes))
+	if len(got.Outcomes) != len(outcome.All()) {
+		t.Errorf("outcomes has %d codes, want all %d (zeros included, so scripts can index any)", len(got.Outcomes), len(outcome.All()))
 	}
 	if got.Rows != 10 || got.Calls != 9 || got.Retries != 0 || got.FailedRows != 4 || got.FailureRate != 0.4 {
 		t.Errorf("rows=%d calls=%d retries=%d failed=%d rate=%v, want 10 9 0 4 0.4", got.Rows, got.Calls, got.Retries, got.FailedRows, got.FailureRate)

@@ -159,9 +159,6 @@ func runClassify(ctx context.Context, o *classifyOptions, ios *IOStreams, log *s
 	ctx, stopSignals := interruptContext(ctx, ios, log, out.w.Freeze)
 	defer stopSignals()
 
-	if o.maxDuration > 0 {
-		ctx = resilience.WithWaitLimit(ctx, time.Now().Add(o.maxDuration))
-	}
 	runSink, writePicture := o.classifyReport(out.sink, log)
 	bar := newProgress(ios, o, info.total)
 	if o.prov.adaptive {
@@ -172,7 +169,7 @@ func runClassify(ctx context.Context, o *classifyOptions, ios *IOStreams, log *s
 		AdmissionWait: o.prov.admissionWait,
 		RowDeadline:   o.prov.rowDeadline,
 		MaxDuration:   o.maxDuration,
-		MaxChars:      o.maxChars,
+		Rules:         engine.Rules{MaxChars: o.maxChars},
 		IncludeText:   o.includeText,
 		BatchSize:     o.batchSize,
 		Dedupe:        o.dedupe && !o.noDedupe,

@@ -2,7 +2,9 @@
 // that identical texts in one run are sent once: a bounded LRU of finished
 // answers, plus the calls in flight (a singleflight), so that a duplicate
 // that arrives while the first copy is still being asked waits for it
-// instead of sending a second call.
+// instead of sending a second call. When that call fails, the text is
+// handed to one of the waiters, which asks again while the others keep
+// waiting: one call at a time per text, never one per waiter.
 //
 // Keys are 128-bit hashes of the text, not the text: an entry costs the same
 // whatever the text's length, and a million unique texts still take only the
@@ -42,17 +44,20 @@ type entry[V any] struct {
 
 // Flight is one call in flight for a key; duplicates wait on Done.
 type Flight[V any] struct {
-	key  Key
-	done chan struct{}
-	val  V
-	ok   bool
+	key     Key
+	done    chan struct{}
+	val     V
+	ok      bool
+	waiters int        // guarded by the cache's mu
+	next    *Flight[V] // after a failure: the flight one waiter leads
+	led     bool       // next has its leader
 }
 
 // Done is closed when the leader has finished.
 func (f *Flight[V]) Done() <-chan struct{} { return f.done }
 
 // Result is the leader's answer; ok is false when the leader failed (the
-// waiter should then ask for itself). Call it only after Done is closed.
+// waiter should then call Follow). Call it only after Done is closed.
 func (f *Flight[V]) Result() (V, bool) { return f.val, f.ok }
 
 // New returns a cache holding at most size answers (DefaultSize if size < 1).
@@ -88,7 +93,8 @@ const (
 )
 
 // Claim looks text up. On Hit the value is returned; on Wait the flight to
-// wait on; on Lead a new flight the caller must Finish.
+// wait on (the caller must wait for it, and after a failure call Follow);
+// on Lead a new flight the caller must Finish.
 func (c *Cache[V]) Claim(k Key) (V, State, *Flight[V]) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -98,6 +104,7 @@ func (c *Cache[V]) Claim(k Key) (V, State, *Flight[V]) {
 	}
 	var zero V
 	if f, ok := c.flights[k]; ok {
+		f.waiters++
 		return zero, Wait, f
 	}
 	f := &Flight[V]{key: k, done: make(chan struct{})}
@@ -106,17 +113,37 @@ func (c *Cache[V]) Claim(k Key) (V, State, *Flight[V]) {
 }
 
 // Finish ends a flight. With ok the value is remembered and handed to the
-// waiters; without, waiters are told to ask for themselves and nothing is
-// remembered (a failure may not repeat).
+// waiters; without, nothing is remembered (a failure may not repeat) and the
+// text passes to one waiter, which must ask and Finish the next flight.
 func (c *Cache[V]) Finish(f *Flight[V], v V, ok bool) {
 	c.mu.Lock()
-	delete(c.flights, f.key)
-	if ok {
+	switch {
+	case ok:
+		delete(c.flights, f.key)
 		c.addLocked(f.key, v)
+	case f.waiters > 0:
+		f.next = &Flight[V]{key: f.key, done: make(chan struct{}), waiters: f.waiters - 1}
+		c.flights[f.key] = f.next
+	default:
+		delete(c.flights, f.key)
 	}
-	c.mu.Unlock()
 	f.val, f.ok = v, ok
+	c.mu.Unlock()
 	close(f.done)
+}
+
+// Follow is for a waiter whose flight failed: it returns the flight that
+// follows, and lead is true for exactly one waiter, which must ask and
+// Finish it; the others wait on it.
+func (c *Cache[V]) Follow(f *Flight[V]) (next *Flight[V], lead bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if f.next == nil {
+		return nil, false
+	}
+	lead = !f.led
+	f.led = true
+	return f.next, lead
 }
 
 // Add remembers an answer found elsewhere (a row kept by --resume).

@@ -39,16 +39,40 @@ func TestFlight(t *testing.T) {
 	if st != Wait || wait != lead {
 		t.Fatalf("duplicate in flight: %v", st)
 	}
-	// A failure is not remembered: the waiter asks for itself, and so does
-	// the next duplicate.
+	_, st, wait2 := c.Claim(k)
+	if st != Wait || wait2 != lead {
+		t.Fatalf("second duplicate in flight: %v", st)
+	}
+	// A failure is not remembered: the text passes to one waiter, which
+	// asks again; the other waiter, and a duplicate arriving now, wait for
+	// that call instead of sending their own.
 	c.Finish(lead, "", false)
 	<-wait.Done()
 	if _, ok := wait.Result(); ok {
 		t.Fatal("failed flight reported ok")
 	}
-	_, st, lead = c.Claim(k)
-	if st != Lead {
-		t.Fatalf("after a failure: %v", st)
+	next, lead1 := c.Follow(wait)
+	next2, lead2 := c.Follow(wait2)
+	if next == nil || next != next2 || !lead1 || lead2 {
+		t.Fatalf("after a failure: next %p/%p, leads %v/%v; want one flight, one leader", next, next2, lead1, lead2)
+	}
+	if _, st, f := c.Claim(k); st != Wait || f != next {
+		t.Fatalf("a duplicate after the failure: %v, want to wait for the new leader", st)
+	}
+	c.Finish(next, "", false) // it fails too: one of the two waiters leads
+	n3, l3 := c.Follow(next)
+	n4, l4 := c.Follow(next)
+	if n3 == nil || n3 != n4 || l3 == l4 {
+		t.Fatal("the second failure did not pass the text to exactly one waiter")
+	}
+	c.Finish(n3, "", false) // the other of the two waiters leads now
+	n5, l5 := c.Follow(n3)
+	if n5 == nil || !l5 {
+		t.Fatal("the third failure did not pass the text to the last waiter")
+	}
+	c.Finish(n5, "", false) // nobody waits any more: the flight ends
+	if _, st, lead = c.Claim(k); st != Lead {
+		t.Fatalf("after failures with no waiters: %v, want a new leader", st)
 	}
 	c.Finish(lead, "POSITIVE", true)
 	if v, st, _ := c.Claim(k); st != Hit || v != "POSITIVE" {

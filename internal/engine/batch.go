@@ -2,149 +2,180 @@ package engine
 
 import (
 	"context"
-	"sync"
 	"time"
 
 	"github.com/hfsent/hfsent/internal/dedupe"
-	"github.com/hfsent/hfsent/internal/input"
 	"github.com/hfsent/hfsent/internal/outcome"
 	"github.com/hfsent/hfsent/internal/provider"
+	"github.com/hfsent/hfsent/internal/resilience"
 	"github.com/hfsent/hfsent/internal/results"
 )
 
-// answer is what the dedupe cache remembers of a success.
-type answer struct {
-	Label string
-	Score float64
-	Model string
-}
-
-// item is a row on its way to a call. flight is set when this row leads the
+// item is a job on its way to a call. flight is set when this job leads the
 // dedupe flight for its text and must end it.
 type item struct {
-	q      queued
+	job    *Job
 	key    dedupe.Key
 	flight *dedupe.Flight[answer]
 }
 
-func next(src Source) (input.Row, *results.Row, error) {
-	if ps, ok := src.(PriorSource); ok {
-		return ps.NextPrior()
-	}
-	row, err := src.Next()
-	return row, nil, err
-}
-
-// claim decides whether q needs a call. It does not when admission has
+// claim decides whether j needs a call. It does not when admission has
 // stopped (not_attempted), when its text's answer is known (reused at once),
 // or when the same text is in flight (a waiter takes it, without a slot:
 // its answer costs nothing, so it must not hold a slot a call could use).
-func (r *run) claim(q queued, workers *sync.WaitGroup) (item, bool) {
-	if r.admitCtx.Err() != nil {
-		r.finishNotAttempted(q)
+func (p *Pipeline) claim(j *Job) (item, bool) {
+	if p.admitCtx.Err() != nil {
+		p.finishNotAttempted(j)
 		return item{}, false
 	}
-	if r.cache == nil {
-		return item{q: q}, true
+	if p.cache == nil {
+		return item{job: j}, true
 	}
-	k := r.cache.Key(q.row.Text)
-	v, st, f := r.cache.Claim(k)
+	k := p.cache.Key(j.Row.Text)
+	v, st, f := p.cache.Claim(k)
 	switch st {
 	case dedupe.Hit:
-		r.finishReused(q, v)
+		p.finishReused(j, v)
 		return item{}, false
 	case dedupe.Wait:
-		workers.Add(1)
-		go func() {
-			defer workers.Done()
-			r.follow(q, k, f, workers)
-		}()
+		go p.follow(j, k, f)
 		return item{}, false
 	}
-	return item{q: q, key: k, flight: f}, true
+	return item{job: j, key: k, flight: f}, true
 }
 
-// follow waits for the call in flight for the same text. If it failed, the
-// row asks for itself (the failure may have been passing), taking a slot.
-func (r *run) follow(q queued, k dedupe.Key, f *dedupe.Flight[answer], workers *sync.WaitGroup) {
-	<-f.Done() // every flight is finished: its leader is always completed
-	if v, ok := f.Result(); ok {
-		r.finishReused(q, v)
-		return
+// follow waits for the call in flight for the same text. If it failed (the
+// failure may have been passing), the text passes to one waiter, which asks
+// again; the others wait for that call in turn.
+func (p *Pipeline) follow(j *Job, k dedupe.Key, f *dedupe.Flight[answer]) {
+	for {
+		<-f.Done() // every flight is finished: its leader is always completed
+		if v, ok := f.Result(); ok {
+			p.finishReused(j, v)
+			return
+		}
+		next, lead := p.cache.Follow(f)
+		if next == nil || lead {
+			it := item{job: j, key: k, flight: next}
+			if p.admitCtx.Err() != nil {
+				p.finishNotAttempted(j)
+				p.release(it, results.Row{})
+				return
+			}
+			permit := p.acquire(j)
+			if permit == nil {
+				p.release(it, results.Row{})
+				return
+			}
+			p.dispatch([]item{it}, permit)
+			return
+		}
+		f = next
 	}
-	if r.admitCtx.Err() != nil {
-		r.finishNotAttempted(q)
-		return
-	}
-	if !r.acquireSlot(q) {
-		return
-	}
-	r.dispatch([]item{{q: q, key: k}}, workers)
 }
 
-// release ends the row's dedupe flight, or remembers its answer.
-func (r *run) release(it item, res results.Row) {
-	if r.cache == nil {
+// release ends the job's dedupe flight, or remembers its answer.
+func (p *Pipeline) release(it item, res results.Row) {
+	if p.cache == nil {
 		return
 	}
 	ok := res.Outcome == outcome.Success && res.Label != ""
 	a := answer{res.Label, res.Score, res.Model}
 	if it.flight != nil {
-		r.cache.Finish(it.flight, a, ok)
+		p.cache.Finish(it.flight, a, ok)
 	} else if ok {
-		r.cache.Add(it.key, a)
+		p.cache.Add(it.key, a)
 	}
 }
 
-// finishReused answers q with another row's answer. q was never sent, so
+// finishReused answers j with another row's answer. j was never sent, so
 // it has no start: its wait for that answer is waiting, and it stays out of
 // the latency percentiles and the calls in flight.
-func (r *run) finishReused(q queued, a answer) {
-	r.reused.Add(1)
-	r.finish(q, results.Row{Outcome: outcome.Success, Label: a.Label, Score: a.Score, Model: a.Model, StartedMs: -1})
+func (p *Pipeline) finishReused(j *Job, a answer) {
+	p.reused.Add(1)
+	p.finish(j, results.Row{Outcome: outcome.Success, Label: a.Label, Score: a.Score, Model: a.Model, StartedMs: -1})
 }
 
-// gather fills a batch with the rows that follow, while the slot is held:
-// those already queued at once, then for at most BatchWait, so that a slow
-// input (a pipe) does not hold a call back.
-func (r *run) gather(admitq <-chan queued, batch []item, workers *sync.WaitGroup) []item {
+// gather fills a batch with the jobs that follow, while the slot is held:
+// those already queued at once, then for at most BatchWait (and never past
+// a member's admission wait), so that a slow input (a pipe) or a quiet
+// moment of a server does not hold a call back.
+func (p *Pipeline) gather(batch []item) []item {
+	if p.cfg.BatchSize <= 1 {
+		return batch
+	}
 	var timer *time.Timer
-	for len(batch) < r.cfg.BatchSize {
-		var q queued
+	for len(batch) < p.cfg.BatchSize {
+		var j *Job
 		var ok bool
 		select {
-		case q, ok = <-admitq:
+		case j, ok = <-p.admitq:
 		default:
 			if timer == nil {
-				timer = time.NewTimer(r.cfg.BatchWait)
+				wait := p.cfg.BatchWait
+				if p.cfg.AdmissionWait > 0 {
+					wait = min(wait, time.Until(batch[0].job.At.Add(p.cfg.AdmissionWait)))
+				}
+				if wait <= 0 {
+					return batch
+				}
+				timer = time.NewTimer(wait)
 				defer timer.Stop()
 			}
 			select {
-			case q, ok = <-admitq:
+			case j, ok = <-p.admitq:
 			case <-timer.C:
 				return batch
-			case <-r.admitCtx.Done():
+			case <-p.admitCtx.Done():
 				return batch
 			}
 		}
 		if !ok {
 			return batch
 		}
-		if it, lead := r.claim(q, workers); lead {
+		if it, lead := p.claim(j); lead {
 			batch = append(batch, it)
 		}
 	}
 	return batch
 }
 
-// call asks the classifier for a batch of rows (often one) and maps the
-// answer to one result per row.
-func (r *run) call(batch []item) []results.Row {
+// rowContext is the context a batch's call runs in: the caller's, when one
+// job brought its own (a request whose client may leave), bounded by the
+// grace period after a stop, and by the earliest deadline in the batch.
+func (p *Pipeline) rowContext(batch []item) (context.Context, context.CancelFunc) {
+	base, stopBase := p.callCtx, func() bool { return false }
+	if len(batch) == 1 && batch[0].job.Ctx != nil {
+		var cancel context.CancelFunc
+		base, cancel = context.WithCancel(batch[0].job.Ctx)
+		stop := context.AfterFunc(p.callCtx, cancel)
+		stopBase = func() bool { cancel(); return stop() }
+	}
+	var deadline time.Time
+	for _, it := range batch {
+		if d := it.job.Deadline; !d.IsZero() && (deadline.IsZero() || d.Before(deadline)) {
+			deadline = d
+		}
+	}
+	if deadline.IsZero() {
+		deadline = time.Now().Add(p.cfg.RowDeadline)
+	}
+	ctx, cancel := context.WithDeadline(base, deadline)
+	ctx = resilience.WithStop(ctx, p.admitCtx.Done())
+	if p.cfg.FailFast {
+		ctx = resilience.WithFailFast(ctx)
+	}
+	return ctx, func() { cancel(); stopBase() }
+}
+
+// call asks the classifier for a batch of jobs (often one) and maps the
+// answer to one result per job.
+func (p *Pipeline) call(batch []item, permit *resilience.Permit) []results.Row {
 	out := make([]results.Row, len(batch))
-	ctx, cancel := context.WithTimeout(r.callCtx, r.cfg.RowDeadline)
+	ctx, cancel := p.rowContext(batch)
 	defer cancel()
 	var started time.Time
-	r.send(ctx, batch, out, &started)
+	p.send(resilience.WithPermit(ctx, permit), batch, out, &started)
 	return out
 }
 
@@ -156,57 +187,59 @@ func (r *run) call(batch []item) []results.Row {
 // started is set to when the first call was sent: the wait before it (rate
 // limit, adaptive limit, cooldown, an open breaker) counts as waiting, not as
 // time at the provider.
-func (r *run) send(ctx context.Context, batch []item, out []results.Row, started *time.Time) {
+func (p *Pipeline) send(ctx context.Context, batch []item, out []results.Row, started *time.Time) {
 	texts := make([]string, len(batch))
 	for i, it := range batch {
-		texts[i] = it.q.row.Text
+		texts[i] = it.job.Row.Text
 	}
 	trace := &provider.Trace{}
-	ans, err := r.cls.Classify(provider.WithTrace(ctx, trace), texts)
-	n := trace.Attempts()
+	ans, err := p.cls.Classify(provider.WithTrace(ctx, trace), texts)
+	n, fb := trace.Attempts(), trace.FallbackAttempts()
 	if at, ok := trace.FirstAttempt(); ok && started.IsZero() {
 		*started = at
 	}
-	r.calls.Add(int64(n))
+	p.calls.Add(int64(n))
+	p.fallbackCalls.Add(int64(fb))
 	if n > 1 {
-		r.retries.Add(int64(n - 1))
+		p.retries.Add(int64(n - 1))
 	}
 	for i := range out {
-		out[i].Attempts += n
+		out[i].Attempts += n + fb
 	}
 	if err == nil && len(ans.Predictions) != len(batch) {
 		err = &provider.Error{Outcome: outcome.UpstreamPayload, Msg: "answer does not have one prediction per text"}
 	}
 	if err != nil && len(batch) > 1 && splittable(err) && ctx.Err() == nil {
 		h := len(batch) / 2
-		r.send(ctx, batch[:h], out[:h], started)
-		r.send(ctx, batch[h:], out[h:], started)
+		p.send(ctx, batch[:h], out[:h], started)
+		p.send(ctx, batch[h:], out[h:], started)
 		return
 	}
 	startedMs, latency := int64(-1), int64(0) // never sent: no start, no latency
 	if !started.IsZero() {
-		startedMs, latency = r.ms(*started), time.Since(*started).Milliseconds()
+		startedMs, latency = p.ms(*started), time.Since(*started).Milliseconds()
 	}
 	var code outcome.Code
 	var msg string
+	var retryAfter time.Duration
 	if err != nil {
-		code, msg = r.classifyError(err, ctx)
-		if code == outcome.UpstreamAuth {
-			r.authLog.Do(func() {
-				r.cfg.Logger.Error("the provider rejected the token (HTTP 401/403): no more rows will be sent; check HF_TOKEN or the token file, or use --provider local")
-				r.stopAdmit(errStop{StopAuth})
-			})
+		code, msg = p.classifyError(err, ctx)
+		if pe, ok := provider.AsError(err); ok {
+			retryAfter = pe.RetryAfter
+			if pe.StopsRun() {
+				p.fatal(pe)
+			}
 		}
 	}
 	for i := range out {
 		res := &out[i]
-		res.StartedMs, res.LatencyMs, res.Model = startedMs, latency, r.cls.Model()
+		res.StartedMs, res.LatencyMs, res.Model = startedMs, latency, p.cls.Model()
 		if err != nil {
-			res.Outcome, res.Error = code, msg
+			res.Outcome, res.Error, res.RetryAfter = code, msg, retryAfter
 			continue
 		}
-		p := ans.Predictions[i]
-		res.Label, res.Score = p.Label, p.Score
+		pr := ans.Predictions[i]
+		res.Label, res.Score = pr.Label, pr.Score
 		if ans.Model != "" {
 			res.Model = ans.Model
 		}
@@ -219,17 +252,12 @@ func (r *run) send(ctx context.Context, batch []item, out []results.Row, started
 
 // splittable reports whether a failed batch may succeed in parts: the
 // provider refused its size or shape, or one of its texts. Rate limits,
-// auth, quota (402) and server failures would fail the halves too.
+// auth, quota (402), a missing model (404) and server failures would fail
+// the halves too.
 func splittable(err error) bool {
 	pe, ok := provider.AsError(err)
 	if !ok {
 		return false
 	}
-	switch {
-	case pe.Outcome == outcome.UpstreamPayload:
-		return true
-	case pe.Outcome == outcome.UpstreamRequestRejected:
-		return pe.Status != 402
-	}
-	return false
+	return pe.Outcome == outcome.UpstreamPayload || pe.Outcome == outcome.UpstreamRequestRejected
 }

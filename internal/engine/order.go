@@ -33,23 +33,26 @@ func (r *run) writeInOrder(sink Sink, window chan struct{}) error {
 		if writeErr == nil {
 			if err := sink.Write(batch); err != nil {
 				// Nothing more can be kept: stop admitting and let the run
-				// drain; the rows are still counted so the summary is whole.
+				// drain; the rows are still counted, as lost, so the
+				// summary adds up.
 				writeErr = err
 				r.writeFailed.Store(true)
-				r.stopAdmit(err)
+				r.p.Stop(StopWriteError)
 			}
 		}
 		for _, row := range batch {
 			counts[row.Outcome]++
-			if row.Outcome.OK() {
-				r.ok.Add(1)
+			if writeErr != nil {
+				r.lost.Add(1)
 			} else {
-				r.failed.Add(1)
+				r.written.Add(1)
+				if row.Outcome.OK() {
+					r.ok.Add(1)
+				} else {
+					r.failed.Add(1)
+				}
 			}
 			<-window
-		}
-		if writeErr == nil {
-			r.written.Add(int64(len(batch)))
 		}
 		if r.cfg.Progress != nil {
 			r.cfg.Progress(r.progress())
@@ -65,7 +68,7 @@ func (r *run) progress() Progress {
 		Written: r.written.Load(),
 		OK:      r.ok.Load(),
 		Failed:  r.failed.Load(),
-		Active:  r.active.Load(),
-		Elapsed: r.sinceStart(),
+		Active:  int64(r.p.slots.InUse()),
+		Elapsed: r.p.sinceStart(),
 	}
 }

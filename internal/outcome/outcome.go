@@ -15,6 +15,8 @@ const (
 	UpstreamFailed          Code = "upstream_failed"
 	UpstreamRequestRejected Code = "upstream_request_rejected"
 	UpstreamAuth            Code = "upstream_auth"
+	UpstreamQuota           Code = "upstream_quota"
+	UpstreamNotFound        Code = "upstream_not_found"
 	UpstreamPayload         Code = "upstream_payload"
 	CircuitOpen             Code = "circuit_open"
 	NotAttempted            Code = "not_attempted"
@@ -24,7 +26,7 @@ const (
 func All() []Code {
 	return []Code{Success, Fallback, InvalidInput, LocalCapacity, UpstreamTimeout,
 		UpstreamRateLimited, UpstreamFailed, UpstreamRequestRejected, UpstreamAuth,
-		UpstreamPayload, CircuitOpen, NotAttempted}
+		UpstreamQuota, UpstreamNotFound, UpstreamPayload, CircuitOpen, NotAttempted}
 }
 
 // Status is the HTTP status the row would get from `hfsent serve`.
@@ -38,7 +40,7 @@ func (c Code) Status() int {
 		return 503
 	case UpstreamTimeout:
 		return 504
-	case UpstreamFailed, UpstreamRequestRejected, UpstreamAuth, UpstreamPayload:
+	case UpstreamFailed, UpstreamRequestRejected, UpstreamAuth, UpstreamQuota, UpstreamNotFound, UpstreamPayload:
 		return 502
 	}
 	return 500
@@ -49,8 +51,17 @@ func (c Code) OK() bool { return c == Success || c == Fallback }
 
 // Final reports whether a row with this outcome needs no redo on --resume:
 // running it again would give the same answer or cost quota for nothing.
+// upstream_quota and upstream_not_found are not: they say the account or the
+// model could not serve, which topping up credits or fixing --model mends.
 func (c Code) Final() bool {
 	return c == Success || c == Fallback || c == InvalidInput || c == UpstreamRequestRejected
+}
+
+// StopsRun reports whether a row with this outcome means no other row can
+// succeed either (the token, the account or the model), so a batch stops
+// sending.
+func (c Code) StopsRun() bool {
+	return c == UpstreamAuth || c == UpstreamQuota || c == UpstreamNotFound
 }
 
 // Valid reports whether c is one of the known codes.

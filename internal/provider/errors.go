@@ -20,6 +20,13 @@ type Error struct {
 	RetryAfter time.Duration
 	// Loading is set for a 503 "model is currently loading".
 	Loading bool
+	// Connect is set when no connection could be made (refused, no such
+	// host, TLS handshake, connect timeout): the request never reached the
+	// provider.
+	Connect bool
+	// Unreachable is set when no call has ever been answered and every one
+	// so far failed to connect: the run cannot succeed.
+	Unreachable bool
 	// Msg is a short, safe summary.
 	Msg string
 	// Err is the underlying cause, kept for errors.Is/As; never printed raw.
@@ -34,6 +41,26 @@ func (e *Error) Error() string {
 }
 
 func (e *Error) Unwrap() error { return e.Err }
+
+// Clone returns a copy of e.
+func (e *Error) Clone() *Error {
+	c := *e
+	return &c
+}
+
+// Cause is a short name for what went wrong, for logs that count failures:
+// "HTTP 503", "no answer within 12s", "cannot connect to host: connection refused".
+func (e *Error) Cause() string {
+	if e.Status != 0 {
+		return fmt.Sprintf("HTTP %d", e.Status)
+	}
+	return e.Msg
+}
+
+// StopsRun reports whether the error means no other row can succeed
+// either: the token was rejected, the account cannot pay, the model does
+// not exist there, or the provider cannot be reached at all.
+func (e *Error) StopsRun() bool { return e.Unreachable || e.Outcome.StopsRun() }
 
 // Retryable reports whether another attempt may succeed: connection errors,
 // timeouts, 429 and 500/502/503/504. Other 4xx, auth and payload errors are

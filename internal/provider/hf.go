@@ -3,13 +3,17 @@ package provider
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	neturl "net/url"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/hfsent/hfsent/internal/outcome"
@@ -46,6 +50,7 @@ type HFConfig struct {
 type HF struct {
 	cfg    HFConfig
 	url    string
+	host   string // for messages: never the whole URL
 	client *http.Client
 }
 
@@ -97,7 +102,11 @@ func NewHF(cfg HFConfig) (*HF, error) {
 	if c == nil {
 		c = NewHTTPClient(cfg.Concurrency, cfg.ConnectTimeout)
 	}
-	return &HF{cfg: cfg, url: url, client: c}, nil
+	host := "the endpoint"
+	if u, err := neturl.Parse(url); err == nil && u.Host != "" {
+		host = u.Host
+	}
+	return &HF{cfg: cfg, url: url, host: host, client: c}, nil
 }
 
 // Model implements Classifier.
@@ -127,7 +136,8 @@ func (h *HF) Classify(ctx context.Context, texts []string) (Answer, error) {
 	if err := ctx.Err(); err != nil {
 		return Answer{}, err
 	}
-	actx, cancel := context.WithTimeout(ctx, h.cfg.Timeout)
+	timeout := attemptTimeout(ctx, h.cfg.Timeout)
+	actx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(actx, http.MethodPost, h.url, bytes.NewReader(payload))
 	if err != nil {
@@ -146,22 +156,22 @@ func (h *HF) Classify(ctx context.Context, texts []string) (Answer, error) {
 		t.AddAttempt()
 	}
 	start := time.Now()
-	ans, err := h.do(ctx, actx, req, len(texts))
+	ans, err := h.do(ctx, actx, req, len(texts), timeout)
 	if h.cfg.OnCall != nil {
 		h.cfg.OnCall(err, time.Since(start))
 	}
 	return ans, err
 }
 
-func (h *HF) do(ctx, actx context.Context, req *http.Request, n int) (Answer, error) {
+func (h *HF) do(ctx, actx context.Context, req *http.Request, n int, timeout time.Duration) (Answer, error) {
 	resp, err := h.client.Do(req)
 	if err != nil {
-		return Answer{}, h.transportError(ctx, actx, err)
+		return Answer{}, h.transportError(ctx, actx, err, timeout)
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, maxBody+1))
 	if err != nil {
-		return Answer{}, h.transportError(ctx, actx, err)
+		return Answer{}, h.transportError(ctx, actx, err, timeout)
 	}
 	if resp.StatusCode == http.StatusOK {
 		if len(body) > maxBody {
@@ -176,21 +186,63 @@ func (h *HF) do(ctx, actx context.Context, req *http.Request, n int) (Answer, er
 	return Answer{}, statusError(resp, body, time.Now())
 }
 
-// transportError classifies a failure with no HTTP answer.
-func (h *HF) transportError(ctx, actx context.Context, err error) error {
+// transportError classifies a failure with no HTTP answer. Its message
+// names the host and the cause, never the URL (which may carry a
+// credential).
+func (h *HF) transportError(ctx, actx context.Context, err error, timeout time.Duration) error {
 	if ctx.Err() != nil {
 		// The row or the run was cancelled: not the provider's fault.
 		return ctx.Err()
 	}
 	if errors.Is(actx.Err(), context.DeadlineExceeded) {
-		return &Error{Outcome: outcome.UpstreamTimeout, Msg: fmt.Sprintf("no answer within %s", h.cfg.Timeout), Err: err}
+		return &Error{Outcome: outcome.UpstreamTimeout, Msg: fmt.Sprintf("no answer within %s", timeout), Err: err}
+	}
+	if cause, ok := connectCause(err); ok {
+		return &Error{Outcome: outcome.UpstreamFailed, Connect: true,
+			Msg: fmt.Sprintf("cannot connect to %s: %s", h.host, cause), Err: err}
 	}
 	msg := "connection failed"
 	var ne net.Error
 	if errors.As(err, &ne) && ne.Timeout() {
 		msg = "connection timed out"
 	}
-	return &Error{Outcome: outcome.UpstreamFailed, Msg: msg, Err: err}
+	return &Error{Outcome: outcome.UpstreamFailed, Msg: msg + " (" + h.host + ")", Err: err}
+}
+
+// connectCause reports whether err is a failure to set up the connection
+// (so the request never reached the provider) and names it.
+func connectCause(err error) (string, bool) {
+	var dns *net.DNSError
+	if errors.As(err, &dns) {
+		if dns.IsNotFound {
+			return "no such host", true
+		}
+		return "name lookup failed", true
+	}
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" {
+		switch {
+		case errors.Is(err, syscall.ECONNREFUSED):
+			return "connection refused", true
+		case errors.Is(err, syscall.ENETUNREACH), errors.Is(err, syscall.EHOSTUNREACH):
+			return "network unreachable", true
+		case op.Timeout():
+			return "connect timed out (--connect-timeout)", true
+		}
+		return "connection failed", true
+	}
+	var rh tls.RecordHeaderError
+	var cv *tls.CertificateVerificationError
+	var ua x509.UnknownAuthorityError
+	var hn x509.HostnameError
+	var ci x509.CertificateInvalidError
+	switch {
+	case errors.As(err, &cv), errors.As(err, &ua), errors.As(err, &hn), errors.As(err, &ci):
+		return "TLS certificate not accepted", true
+	case errors.As(err, &rh):
+		return "TLS handshake failed (is it an http:// endpoint?)", true
+	}
+	return "", false
 }
 
 // statusError maps a non-200 answer to the outcome table. The body is read
@@ -208,7 +260,9 @@ func statusError(resp *http.Response, body []byte, now time.Time) *Error {
 	case code == 429:
 		e.Outcome, e.Msg = outcome.UpstreamRateLimited, "rate limited"
 	case code == 402:
-		e.Outcome, e.Msg = outcome.UpstreamRequestRejected, "payment required (quota exhausted)"
+		e.Outcome, e.Msg = outcome.UpstreamQuota, "payment required: the account has no credits left"
+	case code == 404:
+		e.Outcome, e.Msg = outcome.UpstreamNotFound, "not found: no such model at this endpoint"
 	case code == 413:
 		e.Outcome, e.Msg = outcome.UpstreamRequestRejected, "request too large"
 	case code >= 400 && code < 500:

@@ -42,12 +42,22 @@ type Classifier interface {
 // in the context (like net/http/httptrace) so that decorators deep in the
 // chain can report without widening the Classifier interface.
 type Trace struct {
-	attempts atomic.Int32
-	first    atomic.Int64 // unix nanoseconds of the first call sent, 0 before
+	attempts  atomic.Int32
+	fallbacks atomic.Int32
+	first     atomic.Int64 // unix nanoseconds of the first call sent, 0 before
+	// fallbackOf is set on the trace handed to a fallback model: its calls
+	// count into that trace's fallbacks.
+	fallbackOf *Trace
 }
 
-// Attempts is the number of calls actually sent to a provider.
+// Attempts is the number of calls actually sent to the primary provider.
 func (t *Trace) Attempts() int { return int(t.attempts.Load()) }
+
+// FallbackAttempts is the number of calls sent to the fallback model.
+func (t *Trace) FallbackAttempts() int { return int(t.fallbacks.Load()) }
+
+// Fallback returns the trace a fallback model's calls are recorded in.
+func (t *Trace) Fallback() *Trace { return &Trace{fallbackOf: t} }
 
 // FirstAttempt is when the first call was sent; ok is false if none was.
 // The time a row waited before it (for the rate limit, the adaptive limit, a
@@ -59,6 +69,11 @@ func (t *Trace) FirstAttempt() (at time.Time, ok bool) {
 
 // AddAttempt records one call sent, now.
 func (t *Trace) AddAttempt() {
+	if p := t.fallbackOf; p != nil {
+		p.first.CompareAndSwap(0, time.Now().UnixNano())
+		p.fallbacks.Add(1)
+		return
+	}
 	t.first.CompareAndSwap(0, time.Now().UnixNano())
 	t.attempts.Add(1)
 }
@@ -87,4 +102,20 @@ func WithWaitForModel(ctx context.Context) context.Context {
 func waitForModel(ctx context.Context) bool {
 	v, _ := ctx.Value(waitForModelKey{}).(bool)
 	return v
+}
+
+type attemptTimeoutKey struct{}
+
+// WithAttemptTimeout lets one attempt take up to d when that is longer than
+// the client's timeout: a call that asks the API to hold it while a model
+// loads must be allowed to wait for it.
+func WithAttemptTimeout(ctx context.Context, d time.Duration) context.Context {
+	return context.WithValue(ctx, attemptTimeoutKey{}, d)
+}
+
+func attemptTimeout(ctx context.Context, d time.Duration) time.Duration {
+	if v, ok := ctx.Value(attemptTimeoutKey{}).(time.Duration); ok && v > d {
+		return v
+	}
+	return d
 }

@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/failsafe-go/failsafe-go/circuitbreaker"
@@ -15,21 +17,35 @@ import (
 
 // breaker is failsafe-go's circuit breaker used by hand (TryAcquirePermit,
 // RecordSuccess/RecordFailure) rather than through an executor, so that it
-// decides exactly what is a failure and never leaks a half-open permit when
-// a row is cancelled mid-call.
+// decides exactly what counts: it judges the provider, not a text.
+//
+//   - A row's repeated failures count once: the first failure of a row that
+//     counts (5xx, timeout, connection) is recorded; its retries' failures
+//     are not. A few poison texts failing five times each then weigh as a
+//     few failures, not as an outage, while a real outage, where every row
+//     fails, opens it as fast as ever.
+//   - Probes are sent by rows that have not failed yet, while there are
+//     such rows waiting: a poison text probing would keep it open for ever.
 type breaker struct {
 	inner    provider.Classifier
 	cb       circuitbreaker.CircuitBreaker[any]
 	log      *slog.Logger
 	counters *Counters
+	slots    *Slots
 	cfg      Config
 
+	// fresh counts rows waiting for the breaker that have not failed: while
+	// there are some, rows that have failed leave the probes to them.
+	fresh atomic.Int32
+
 	mu      sync.Mutex
-	changed chan struct{} // closed and replaced on every state change
+	changed chan struct{}  // closed and replaced on every state change
+	causes  map[string]int // of the failures recorded since the last change
 }
 
-func newBreaker(inner provider.Classifier, cfg Config) *breaker {
-	b := &breaker{inner: inner, log: cfg.Logger, counters: cfg.Counters, cfg: cfg, changed: make(chan struct{})}
+func newBreaker(inner provider.Classifier, cfg Config, slots *Slots) *breaker {
+	b := &breaker{inner: inner, log: cfg.Logger, counters: cfg.Counters, slots: slots, cfg: cfg,
+		changed: make(chan struct{}), causes: map[string]int{}}
 	probes := uint(cfg.BreakerProbes)
 	need := max(1, probes-1)
 	b.cb = circuitbreaker.NewBuilder[any]().
@@ -43,7 +59,13 @@ func newBreaker(inner provider.Classifier, cfg Config) *breaker {
 
 func (b *breaker) Model() string { return b.inner.Model() }
 
+func (b *breaker) closed() bool { return b.cb.IsClosed() }
+
 func (b *breaker) Classify(ctx context.Context, texts []string) (provider.Answer, error) {
+	row := rowFrom(ctx)
+	if row != nil && row.failed && b.cb.IsHalfOpen() && b.fresh.Load() > 0 {
+		return provider.Answer{}, errOpen()
+	}
 	if !b.cb.TryAcquirePermit() {
 		return provider.Answer{}, errOpen()
 	}
@@ -53,11 +75,20 @@ func (b *breaker) Classify(ctx context.Context, texts []string) (provider.Answer
 	case err == nil:
 		b.cb.RecordSuccess()
 	case isFailure(err):
-		b.cb.RecordFailure()
+		first := row == nil || !row.counted
+		if row != nil {
+			row.failed, row.counted = true, true
+		}
+		// A probe's verdict always counts, or the breaker would stay
+		// half-open for good.
+		if probe || first {
+			b.noteCause(err)
+			b.cb.RecordFailure()
+		}
 	case isCtxErr(err):
 		// The row ended, not the provider. A probe must still hand its
-		// permit back, or the breaker would stay half-open for good; as a
-		// failure, because a probe that got no answer proved nothing.
+		// permit back, as a failure: a probe that got no answer proved
+		// nothing.
 		if probe {
 			b.cb.RecordFailure()
 		}
@@ -86,15 +117,27 @@ func isFailure(err error) bool {
 	return false
 }
 
+func (b *breaker) noteCause(err error) {
+	pe, _ := provider.AsError(err)
+	b.mu.Lock()
+	b.causes[pe.Cause()]++
+	b.mu.Unlock()
+}
+
 // wait blocks until the breaker may let a call through (its cooldown is
-// over, or it changed state), or ctx ends.
-func (b *breaker) wait(ctx context.Context) error {
+// over, or it changed state), ctx ends or stop is closed.
+func (b *breaker) wait(ctx context.Context, row *rowState, stop <-chan struct{}) error {
 	b.mu.Lock()
 	ch := b.changed
 	b.mu.Unlock()
 	if b.cb.IsClosed() {
 		return nil
 	}
+	if row != nil && !row.failed {
+		b.fresh.Add(1)
+		defer b.fresh.Add(-1)
+	}
+	row.wait(waitBreaker)
 	d := b.cb.RemainingDelay()
 	if d <= 0 {
 		// Half-open with every probe permit taken: wait for the verdict,
@@ -108,35 +151,65 @@ func (b *breaker) wait(ctx context.Context) error {
 	case <-t.C:
 	case <-ctx.Done():
 		return ctx.Err()
+	case <-stop:
+		return errStopped
 	}
 	return nil
 }
 
 func (b *breaker) stateChanged(ev circuitbreaker.StateChangedEvent) {
 	now := time.Now()
+	b.mu.Lock()
+	cause := mostCommon(b.causes)
+	clear(b.causes)
+	b.mu.Unlock()
 	// The numbers come from the breaker's own locked accessors, not from
 	// ev.Metrics(): failsafe-go calls listeners unlocked, and the event's
 	// metrics are the live stats other calls are still recording into.
 	switch ev.NewState {
 	case circuitbreaker.OpenState:
+		if ev.OldState == circuitbreaker.ClosedState {
+			b.slots.outageStarted()
+		}
 		b.counters.breakerOpened(now)
 		m := b.cb.Metrics()
 		failures, calls := m.Failures(), m.Executions()
 		if ev.OldState == circuitbreaker.HalfOpenState {
-			b.log.Warn(fmt.Sprintf("breaker open again: %d of %d probe calls failed; probing again in %s",
-				failures, calls, b.cfg.BreakerCooldown))
+			b.log.Warn(fmt.Sprintf("breaker open again: %d of %d probe calls failed (%s); probing again in %s",
+				failures, calls, cause, b.cfg.BreakerCooldown))
 		} else {
-			b.log.Warn(fmt.Sprintf("breaker open: %.0f%% of %d calls failed in %s; probing again in %s",
-				100*m.FailureRate(), calls, b.cfg.BreakerWindow, b.cfg.BreakerCooldown))
+			b.log.Warn(fmt.Sprintf("breaker open: %.0f%% of %d calls failed in %s (%s; a row's repeated failures count once); probing again in %s",
+				100*m.FailureRate(), calls, b.cfg.BreakerWindow, cause, b.cfg.BreakerCooldown))
 		}
 	case circuitbreaker.HalfOpenState:
 		b.log.Info(fmt.Sprintf("breaker half-open: sending up to %d probe calls", b.cfg.BreakerProbes))
 	case circuitbreaker.ClosedState:
 		b.counters.breakerClosed(now)
+		b.slots.outageEnded()
 		b.log.Info("breaker closed: the probe calls succeeded; calls resume")
 	}
 	b.mu.Lock()
 	close(b.changed)
 	b.changed = make(chan struct{})
 	b.mu.Unlock()
+}
+
+// mostCommon names the most frequent causes, e.g. "most often HTTP 503
+// (12 of 15)".
+func mostCommon(causes map[string]int) string {
+	total := 0
+	type kv struct {
+		k string
+		n int
+	}
+	var all []kv
+	for k, n := range causes {
+		all = append(all, kv{k, n})
+		total += n
+	}
+	if total == 0 {
+		return "no cause recorded"
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i].n > all[j].n || (all[i].n == all[j].n && all[i].k < all[j].k) })
+	return fmt.Sprintf("most often %s (%d of %d)", all[0].k, all[0].n, total)
 }

@@ -9,15 +9,21 @@ import (
 // passes it to Build; every field is safe for concurrent use.
 type Counters struct {
 	Calls           atomic.Int64 // calls sent to the primary provider, retries included
-	Retries         atomic.Int64 // attempts after the first of a row
+	Retries         atomic.Int64 // calls after the first of a row
 	RateLimited     atomic.Int64 // 429 answers
 	Timeouts        atomic.Int64 // attempts that got no answer within --timeout
 	BreakerOpenings atomic.Int64 // closed -> open transitions (outages, not failed probes)
 	FallbackRows    atomic.Int64 // rows the fallback model answered
+	FallbackCalls   atomic.Int64 // calls sent to the fallback model
+
+	// Observe, when set before the run, is told of every primary call's
+	// duration and result (for a latency histogram).
+	Observe func(d time.Duration, err error)
 
 	inFlight    atomic.Int64
 	maxInFlight atomic.Int64
-	limit       atomic.Int64 // current adaptive limit; 0 when --adaptive is off
+	limit       atomic.Int64 // the adaptive limit now; 0 when not adaptive
+	latency     atomic.Int64 // moving average of a call's duration, nanos
 
 	openNanos atomic.Int64 // time spent not closed, finished spells
 	openedAt  atomic.Int64 // unix nanos of the current spell, 0 when closed
@@ -30,7 +36,26 @@ func (c *Counters) callStarted() {
 	}
 }
 
-func (c *Counters) callEnded() { c.inFlight.Add(-1) }
+func (c *Counters) callEnded(d time.Duration) {
+	c.inFlight.Add(-1)
+	// An exponential moving average over about the last eight calls.
+	for {
+		old := c.latency.Load()
+		next := int64(d)
+		if old != 0 {
+			next = old + (int64(d)-old)/8
+		}
+		if c.latency.CompareAndSwap(old, next) {
+			return
+		}
+	}
+}
+
+// InFlight is the number of calls in flight now.
+func (c *Counters) InFlight() int64 { return c.inFlight.Load() }
+
+// Latency is about how long a call takes lately (0 before any).
+func (c *Counters) Latency() time.Duration { return time.Duration(c.latency.Load()) }
 
 // breakerOpened starts a spell unless one is running (half-open -> open
 // continues the same outage).
@@ -46,7 +71,7 @@ func (c *Counters) breakerClosed(now time.Time) {
 	}
 }
 
-// Limit is the adaptive concurrency limit now (0 when not adaptive).
+// Limit is the adaptive limit now (0 when not adaptive).
 func (c *Counters) Limit() int { return int(c.limit.Load()) }
 
 // Stats is a plain copy of the counters for summaries.
@@ -58,6 +83,7 @@ type Stats struct {
 	BreakerOpenings int64
 	BreakerOpen     time.Duration // time the breaker was open or probing
 	FallbackRows    int64
+	FallbackCalls   int64
 	Cooldowns       int64 // shared pauses after a 429 with Retry-After
 	MaxInFlight     int64
 	Limit           int // final adaptive limit; 0 when not adaptive
@@ -81,6 +107,7 @@ func (c *Counters) Snapshot(elapsed time.Duration) Stats {
 		BreakerOpenings: c.BreakerOpenings.Load(),
 		BreakerOpen:     open,
 		FallbackRows:    c.FallbackRows.Load(),
+		FallbackCalls:   c.FallbackCalls.Load(),
 		Cooldowns:       c.cooldowns.Load(),
 		MaxInFlight:     c.maxInFlight.Load(),
 		Limit:           c.Limit(),

@@ -41,7 +41,7 @@ func (s *stub) Classify(ctx context.Context, texts []string) (provider.Answer, e
 	if tr := provider.TraceFrom(ctx); tr != nil {
 		tr.AddAttempt()
 	}
-	if !sleep(ctx, s.latency) {
+	if !sleep(ctx, nil, s.latency) {
 		return provider.Answer{}, ctx.Err()
 	}
 	if s.reply != nil {
@@ -109,7 +109,19 @@ func TestBreakerOpensAndFallbackAnswers(t *testing.T) {
 	cfg := breakerConfig(c, &log)
 	cfg.Fallback = &stub{model: "backup"}
 	cls := Build(prim, cfg)
-	for i := range 40 {
+	// The first rows arrive together, as the engine sends them: each one's
+	// first failure counts, so four of them open the breaker, and every
+	// row's retry meets it open and takes the fallback.
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Go(func() {
+			if ans, _, err := classifyRow(cls, 5*time.Second); err != nil || !ans.Fallback {
+				t.Errorf("row %d: got %+v, %v; want a fallback answer", i, ans, err)
+			}
+		})
+	}
+	wg.Wait()
+	for i := range 32 {
 		ans, _, err := classifyRow(cls, 5*time.Second)
 		if err != nil || !ans.Fallback || ans.Model != "backup" {
 			t.Fatalf("row %d: got %+v, %v; want a fallback answer from backup", i, ans, err)
@@ -124,7 +136,7 @@ func TestBreakerOpensAndFallbackAnswers(t *testing.T) {
 	if s.BreakerOpenings < 1 || s.FallbackRows != 40 {
 		t.Fatalf("counters %+v: want the breaker opened and 40 fallback rows", s)
 	}
-	if !strings.Contains(log.String(), "breaker open: 100% of 4 calls failed in 1s; probing again in 100ms") {
+	if !strings.Contains(log.String(), "breaker open: 100% of 4 calls failed in 1s (most often HTTP 500 (4 of 4); a row's repeated failures count once); probing again in 100ms") {
 		t.Fatalf("log lacks the open line:\n%s", log.String())
 	}
 	// Recovery: after the cooldown a probe goes through and closes it.
@@ -248,7 +260,7 @@ func TestAIMDSettlesNearCapacity(t *testing.T) {
 		return nil
 	}}
 	c := &Counters{}
-	cls := Build(prim, Config{Retries: 8, BackoffBase: 5 * time.Millisecond, Adaptive: true, MaxConcurrency: 32, Counters: c})
+	cls := Build(prim, Config{Retries: 8, BackoffBase: 5 * time.Millisecond, Adaptive: true, Concurrency: 32, Counters: c})
 	var wg sync.WaitGroup
 	var failed atomic.Int64
 	sem := make(chan struct{}, 32) // the engine's -c 32
@@ -278,22 +290,21 @@ func TestAIMDSettlesNearCapacity(t *testing.T) {
 }
 
 func TestAIMDDecreasesOncePerRoundTrip(t *testing.T) {
-	c := &Counters{}
-	a := newAIMD(&stub{}, 32, c)
-	a.limit, a.slowStart = 20, false
-	var ps []permit
+	s := NewSlots(32, true, &Counters{})
+	s.aimd.limit, s.aimd.slowStart = 20, false
+	var ps []*Permit
 	for range 10 {
-		p, err := a.acquire(context.Background())
+		p, err := s.Acquire(context.Background(), nil)
 		if err != nil {
 			t.Fatal(err)
 		}
 		ps = append(ps, p)
 	}
 	for _, p := range ps { // ten 429s from calls sent together
-		a.release(p, status(429))
+		p.Release(status(429))
 	}
-	if a.limit != 20*aimdBeta {
-		t.Fatalf("limit %g after one round of 429s, want one decrease to %g", a.limit, 20*aimdBeta)
+	if s.aimd.limit != 20*aimdBeta {
+		t.Fatalf("limit %g after one round of 429s, want one decrease to %g", s.aimd.limit, 20*aimdBeta)
 	}
 }
 
@@ -317,7 +328,7 @@ func TestRateLimitCountsEveryAttempt(t *testing.T) {
 	}
 }
 
-func TestWaitLimitEndsTheWaitForAnOpenBreaker(t *testing.T) {
+func TestStopEndsTheWaitForAnOpenBreaker(t *testing.T) {
 	prim := &stub{model: "primary", reply: func(int64, int64) error { return status(500) }}
 	var log syncBuffer
 	cfg := breakerConfig(&Counters{}, &log)
@@ -326,10 +337,12 @@ func TestWaitLimitEndsTheWaitForAnOpenBreaker(t *testing.T) {
 	for range 4 { // open it
 		_, _, _ = classifyRow(cls, time.Second)
 	}
-	ctx := WithWaitLimit(context.Background(), time.Now().Add(100*time.Millisecond))
+	stop := make(chan struct{})
+	time.AfterFunc(100*time.Millisecond, func() { close(stop) })
+	ctx := WithStop(context.Background(), stop)
 	start := time.Now()
 	_, err := cls.Classify(ctx, []string{"x"})
-	if provider.OutcomeOf(err) != outcome.CircuitOpen || time.Since(start) > 5*time.Second {
-		t.Fatalf("got %v after %s, want circuit_open at the wait limit", err, time.Since(start))
+	if !IsStopped(err) || time.Since(start) > 5*time.Second {
+		t.Fatalf("got %v after %s, want the row ended unsent when sending stopped", err, time.Since(start))
 	}
 }

@@ -32,11 +32,14 @@ func (r *rated) Model() string { return r.inner.Model() }
 func (r *rated) Classify(ctx context.Context, texts []string) (provider.Answer, error) {
 	// Reserve and sleep rather than lim.Wait: Wait fails at once when the
 	// token comes after the deadline, which would end the row early with an
-	// error that is not the context's.
+	// error that is not the context's; and the wait must also end when
+	// sending stops.
+	rowFrom(ctx).wait(waitRate)
 	res := r.lim.Reserve()
-	if !sleep(ctx, res.Delay()) {
+	stop := stopFrom(ctx)
+	if !sleep(ctx, stop, res.Delay()) {
 		res.Cancel()
-		return provider.Answer{}, ctx.Err()
+		return provider.Answer{}, stopOrCtx(ctx, stop)
 	}
 	return r.inner.Classify(ctx, texts)
 }

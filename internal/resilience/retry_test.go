@@ -116,26 +116,39 @@ func TestPermanentErrorsAreSentOnce(t *testing.T) {
 	}
 }
 
-func TestLoadingModelWaitsThenSendsWaitForModel(t *testing.T) {
+// A loading model: the router's 503 says estimated_time 20, but the model
+// is up sooner. The retry goes after about a second with X-Wait-For-Model,
+// which the router holds until the model is up (here 2.5s, longer than the
+// client's 2s attempt timeout), as huggingface_hub does, rather than
+// sleeping the whole estimate first.
+func TestLoadingModelRetriesSoonAndWaitsForTheModel(t *testing.T) {
 	var arr arrivals
-	f := &fakehf.Fake{Script: func(n int64, _ []string, _ *http.Request) fakehf.Reply {
+	up := time.Now().Add(2500 * time.Millisecond)
+	f := &fakehf.Fake{Script: func(n int64, _ []string, r *http.Request) fakehf.Reply {
 		arr.add()
-		if n == 1 {
-			return fakehf.Reply{Status: 503, Body: `{"error":"Model m is currently loading","estimated_time":0.3}`}
+		if left := time.Until(up); left > 0 {
+			if r.Header.Get("X-Wait-For-Model") != "" {
+				return fakehf.Reply{Delay: left}
+			}
+			return fakehf.Reply{Status: 503, Body: `{"error":"Model m is currently loading","estimated_time":20.0}`}
 		}
 		return fakehf.Reply{}
 	}}
-	cls := Build(startFake(t, f), Config{Retries: 4, BackoffBase: time.Millisecond})
-	if _, attempts, err := classifyRow(cls, 10*time.Second); err != nil || attempts != 2 {
+	cls := Build(startFake(t, f), Config{Retries: 4, BackoffBase: time.Millisecond, Timeout: 2 * time.Second})
+	start := time.Now()
+	if _, attempts, err := classifyRow(cls, 60*time.Second); err != nil || attempts != 2 {
 		t.Fatalf("got %v after %d attempts, want success after 2", err, attempts)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Fatalf("answered after %s: it slept the 20 s estimate instead of waiting for the model", d)
 	}
 	h := f.Headers()
 	if h[0].Get("X-Wait-For-Model") != "" || h[1].Get("X-Wait-For-Model") != "1" {
 		t.Fatalf("X-Wait-For-Model: first %q, retry %q; want none, then 1", h[0].Get("X-Wait-For-Model"), h[1].Get("X-Wait-For-Model"))
 	}
 	at := arr.get()
-	if gap := at[1].Sub(at[0]); gap < 300*time.Millisecond {
-		t.Fatalf("retried %s after estimated_time 0.3, want at least 300ms", gap)
+	if gap := at[1].Sub(at[0]); gap < 900*time.Millisecond || gap > 5*time.Second {
+		t.Fatalf("retried %s after the loading 503, want about a second", gap)
 	}
 }
 
@@ -166,19 +179,20 @@ func TestRowDeadlineEndsWithTheLastOutcome(t *testing.T) {
 	}
 }
 
-func TestRetryDelayBounds(t *testing.T) {
+func TestBackoffBounds(t *testing.T) {
 	cfg := Config{}
 	cfg.defaults()
 	for n := 1; n <= 12; n++ {
 		ceil := min(cfg.BackoffBase<<(n-1), cfg.BackoffMax)
 		for range 50 {
-			if d := retryDelay(&provider.Error{Outcome: outcome.UpstreamFailed, Status: 500}, n, cfg); d < 0 || d > ceil {
-				t.Fatalf("retry %d: delay %s outside [0, %s]", n, d, ceil)
+			if d := backoff(n, cfg.BackoffBase, cfg.BackoffMax); d < ceil/2 || d > ceil {
+				t.Fatalf("retry %d: delay %s outside [%s, %s]", n, d, ceil/2, ceil)
 			}
 		}
 	}
+	g := Build(&stub{}, cfg)
 	long := &provider.Error{Outcome: outcome.UpstreamRateLimited, Status: 429, RetryAfter: time.Hour}
-	if d := retryDelay(long, 1, cfg); d != cfg.MaxRetryAfter {
+	if d := g.retryDelay(long, &rowState{sent: 1}); d != cfg.MaxRetryAfter {
 		t.Fatalf("Retry-After of an hour gave %s, want the cap %s", d, cfg.MaxRetryAfter)
 	}
 }

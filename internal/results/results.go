@@ -9,6 +9,7 @@ import (
 	"math"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/hfsent/hfsent/internal/outcome"
 )
@@ -43,6 +44,9 @@ type Row struct {
 	StartedMs  int64
 	FinishedMs int64
 	Text       string
+	// RetryAfter is when a caller may try again (serve's Retry-After on a
+	// 503); not written.
+	RetryAfter time.Duration
 }
 
 // Status is the HTTP status for the row's outcome.

@@ -1,0 +1,349 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hfsent/hfsent/internal/dedupe"
+	"github.com/hfsent/hfsent/internal/input"
+	"github.com/hfsent/hfsent/internal/outcome"
+	"github.com/hfsent/hfsent/internal/provider"
+	"github.com/hfsent/hfsent/internal/resilience"
+	"github.com/hfsent/hfsent/internal/results"
+)
+
+// Pipeline is the one path a row takes to its outcome, whoever brings it: a
+// CSV row (classify), an HTTP request (serve) or a claimed queue row
+// (worker). It admits a row when a slot is free within the admission wait
+// (or records local_capacity, never sending it), lets identical texts share
+// one call (dedupe), packs rows into batches, makes the guarded call, and
+// maps every failure through the outcome table.
+type Pipeline struct {
+	cfg   Config
+	cls   provider.Classifier
+	slots *resilience.Slots
+	cache *dedupe.Cache[answer] // nil without Config.Dedupe
+	start time.Time
+
+	admitq chan *Job
+	// admitCtx ends when admission must stop, for any reason; its Done is
+	// also the signal that no call not yet sent may be sent.
+	admitCtx  context.Context
+	stopAdmit context.CancelCauseFunc
+	// callCtx ends only after the grace period that follows the stop.
+	callCtx   context.Context
+	stopCalls context.CancelFunc
+
+	jobs        sync.WaitGroup // jobs not yet finished
+	admitter    chan struct{}  // closed when the admission loop has ended
+	closeOnce   sync.Once
+	fatalOnce   sync.Once
+	graceCancel func() bool
+
+	active, maxActive atomic.Int64
+	calls, retries    atomic.Int64
+	fallbackCalls     atomic.Int64
+	reused            atomic.Int64
+}
+
+// Job is one row submitted to the pipeline.
+type Job struct {
+	Row input.Row
+	// At is when the row was read or received: the admission wait counts
+	// from here. Zero means now.
+	At time.Time
+	// Ctx is the caller's context (an HTTP request's): when it ends, the
+	// row's call is cancelled and its slot freed. nil: the pipeline's own.
+	Ctx context.Context
+	// Deadline bounds the row: admission, every attempt and every wait.
+	// Zero: Config.RowDeadline from when its call starts.
+	Deadline time.Time
+	// Done receives the row's result, exactly once, from any goroutine.
+	Done func(results.Row)
+}
+
+// answer is what the dedupe cache remembers of a success.
+type answer struct {
+	Label string
+	Score float64
+	Model string
+}
+
+// NewPipeline starts a pipeline in front of cls. Cancelling ctx stops
+// admission (as Stop does); calls in flight then get the grace period.
+func NewPipeline(ctx context.Context, cls provider.Classifier, cfg Config) *Pipeline {
+	cfg.defaults()
+	p := &Pipeline{cfg: cfg, cls: cls, start: time.Now(), admitter: make(chan struct{})}
+	if g, ok := cls.(*resilience.Guard); ok {
+		p.slots = g.Slots()
+	} else {
+		p.slots = resilience.NewSlots(cfg.Concurrency, false, nil)
+	}
+	if cfg.Dedupe {
+		p.cache = dedupe.New[answer](cfg.DedupeSize)
+	}
+	p.admitq = make(chan *Job, cfg.Window)
+	p.admitCtx, p.stopAdmit = context.WithCancelCause(ctx)
+	p.callCtx, p.stopCalls = context.WithCancel(context.WithoutCancel(ctx))
+	// Once admission stops, calls in flight get the grace period, then end.
+	p.graceCancel = context.AfterFunc(p.admitCtx, func() {
+		t := time.NewTimer(cfg.Grace)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			p.stopCalls()
+		case <-p.callCtx.Done():
+		}
+	})
+	go func() {
+		defer close(p.admitter)
+		p.admit()
+	}()
+	return p
+}
+
+// Stop stops admission for reason: rows waiting are finished not_attempted,
+// no call not yet sent is sent, and calls in flight get the grace period.
+func (p *Pipeline) Stop(reason StopReason) { p.stopAdmit(errStop{reason}) }
+
+// Stopped is closed once admission has stopped.
+func (p *Pipeline) Stopped() <-chan struct{} { return p.admitCtx.Done() }
+
+// StopReason is why admission stopped (StopNone while it goes on).
+func (p *Pipeline) StopReason() StopReason {
+	if p.admitCtx.Err() == nil {
+		return StopNone
+	}
+	if es, ok := context.Cause(p.admitCtx).(errStop); ok {
+		return es.reason
+	}
+	return StopInterrupted
+}
+
+// Submit hands a job to admission; it blocks while the admission queue is
+// full. It must not be called after Close.
+func (p *Pipeline) Submit(j *Job) {
+	if j.At.IsZero() {
+		j.At = time.Now()
+	}
+	p.jobs.Add(1)
+	p.admitq <- j
+}
+
+// Reject finishes j as invalid_input without sending it: problem is what
+// Rules.Check said.
+func (p *Pipeline) Reject(j *Job, problem string) {
+	if j.At.IsZero() {
+		j.At = time.Now()
+	}
+	p.jobs.Add(1)
+	p.finish(j, results.Row{Outcome: outcome.InvalidInput, Error: problem, StartedMs: -1})
+}
+
+// Close ends submission and waits until every job submitted is finished.
+func (p *Pipeline) Close() {
+	p.closeOnce.Do(func() { close(p.admitq) })
+	<-p.admitter
+	p.jobs.Wait()
+	p.graceCancel()
+	p.stopCalls()
+	p.stopAdmit(errStop{StopNone}) // no-op when it stopped earlier, for a reason
+}
+
+// Remember adds an answer found elsewhere (a row kept by --resume) to the
+// dedupe cache.
+func (p *Pipeline) Remember(text string, res results.Row) {
+	if p.cache != nil && res.Outcome == outcome.Success && res.Label != "" {
+		p.cache.Add(p.cache.Key(text), answer{res.Label, res.Score, res.Model})
+	}
+}
+
+// Stats is what the pipeline did so far.
+type Stats struct {
+	Calls         int64 // provider calls sent, retries included (a batch is one call)
+	Retries       int64 // calls beyond the first of each row
+	FallbackCalls int64 // calls sent to the fallback model
+	Reused        int64 // rows answered by an identical text's answer
+	Active        int64 // calls in flight now
+	MaxActive     int64
+}
+
+// Stats returns the counts so far.
+func (p *Pipeline) Stats() Stats {
+	return Stats{Calls: p.calls.Load(), Retries: p.retries.Load(), FallbackCalls: p.fallbackCalls.Load(),
+		Reused: p.reused.Load(), Active: int64(p.slots.InUse()), MaxActive: p.maxActive.Load()}
+}
+
+// admit takes jobs in arrival order and gives each a slot, or records why
+// not. With batching, the jobs that follow one granted a slot ride in the
+// same call, up to BatchSize; with dedupe, a job whose text is known or in
+// flight takes no slot at all.
+func (p *Pipeline) admit() {
+	for j := range p.admitq {
+		it, ok := p.claim(j)
+		if !ok {
+			continue
+		}
+		permit := p.acquire(j)
+		if permit == nil {
+			p.release(it, results.Row{})
+			continue
+		}
+		p.dispatch(p.gather([]item{it}), permit)
+	}
+}
+
+// acquire waits for a slot for j, up to the admission wait from when j was
+// read. Without one, j is finished here (local_capacity, or not_attempted
+// when admission stopped or its caller left) and the answer is nil.
+func (p *Pipeline) acquire(j *Job) *resilience.Permit {
+	ctx := p.admitCtx
+	if j.Ctx != nil {
+		ctx = j.Ctx
+	}
+	var cancel context.CancelFunc = func() {}
+	if p.cfg.AdmissionWait > 0 {
+		ctx, cancel = context.WithDeadline(ctx, j.At.Add(p.cfg.AdmissionWait))
+	} else if !j.Deadline.IsZero() {
+		ctx, cancel = context.WithDeadline(ctx, j.Deadline)
+	}
+	permit, err := p.slots.Acquire(ctx, p.admitCtx.Done())
+	cancel()
+	if err == nil {
+		return permit
+	}
+	switch {
+	case p.admitCtx.Err() != nil:
+		p.finishNotAttempted(j)
+	case j.Ctx != nil && j.Ctx.Err() != nil:
+		p.finish(j, results.Row{Outcome: outcome.NotAttempted, StartedMs: -1, Error: "not sent: the caller went away"})
+	default:
+		// About one call's time frees a slot: when to try again.
+		retry := max(time.Second, p.latency())
+		p.finish(j, results.Row{Outcome: outcome.LocalCapacity, StartedMs: -1, RetryAfter: retry,
+			Error: p.capacityMessage()})
+	}
+	return nil
+}
+
+func (p *Pipeline) capacityMessage() string {
+	if p.cfg.AdmissionWait > 0 {
+		return fmt.Sprintf("no free slot within --admission-wait %s", p.cfg.AdmissionWait)
+	}
+	return "no free slot before the row's deadline"
+}
+
+func (p *Pipeline) latency() time.Duration {
+	if g, ok := p.cls.(*resilience.Guard); ok {
+		return g.Counters().Latency()
+	}
+	return 0
+}
+
+// dispatch runs one call, holding the slot already acquired for it, which
+// the call's first attempt uses and then gives back.
+func (p *Pipeline) dispatch(batch []item, permit *resilience.Permit) {
+	n := p.active.Add(1)
+	for m := p.maxActive.Load(); n > m && !p.maxActive.CompareAndSwap(m, n); m = p.maxActive.Load() {
+	}
+	go func() {
+		var res []results.Row
+		defer func() {
+			// A panic in a classifier must not take the rows waiting to be
+			// written with it: the batch ends upstream_failed, the run goes on.
+			if v := recover(); v != nil {
+				p.cfg.Logger.Error("internal error while classifying a row; it is recorded upstream_failed",
+					"panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+				res = make([]results.Row, len(batch))
+				for i := range res {
+					res[i] = results.Row{Outcome: outcome.UpstreamFailed, StartedMs: -1, Error: "internal error (see the log)"}
+				}
+			}
+			permit.Cancel()
+			p.active.Add(-1)
+			for i, it := range batch {
+				p.release(it, res[i])
+				p.finish(it.job, res[i])
+			}
+		}()
+		res = p.call(batch, permit)
+	}()
+}
+
+func (p *Pipeline) finishNotAttempted(j *Job) {
+	p.finish(j, results.Row{Outcome: outcome.NotAttempted, StartedMs: -1, Error: "not sent: " + string(p.StopReason())})
+}
+
+func (p *Pipeline) ms(t time.Time) int64 { return t.Sub(p.start).Milliseconds() }
+
+func (p *Pipeline) sinceStart() time.Duration { return time.Since(p.start) }
+
+// finish completes a job.
+func (p *Pipeline) finish(j *Job, res results.Row) {
+	res.Seq = j.Row.Seq
+	res.RequestID = j.Row.ID
+	res.QueuedMs = p.ms(j.At)
+	res.FinishedMs = p.ms(time.Now())
+	if p.cfg.IncludeText {
+		res.Text = j.Row.Text
+	}
+	j.Done(res)
+	p.jobs.Done()
+}
+
+// errStop is the cause admission stopped with.
+type errStop struct{ reason StopReason }
+
+func (e errStop) Error() string { return string(e.reason) }
+
+// classifyError maps a failed call to its outcome and a safe message.
+func (p *Pipeline) classifyError(err error, rowCtx context.Context) (outcome.Code, string) {
+	if pe, ok := provider.AsError(err); ok {
+		if pe.Status != 0 {
+			return pe.Outcome, fmt.Sprintf("HTTP %d: %s", pe.Status, pe.Msg)
+		}
+		return pe.Outcome, pe.Msg
+	}
+	switch {
+	case resilience.IsStopped(err):
+		return outcome.NotAttempted, "not sent: " + string(p.StopReason())
+	case p.callCtx.Err() != nil:
+		return outcome.NotAttempted, "interrupted before an answer came"
+	case errors.Is(rowCtx.Err(), context.DeadlineExceeded):
+		return outcome.UpstreamTimeout, "no answer before the row's deadline (--row-deadline)"
+	case errors.Is(err, context.Canceled):
+		return outcome.NotAttempted, "the caller went away before an answer came"
+	}
+	return outcome.UpstreamFailed, "call failed"
+}
+
+// fatal stops admission when an answer says no other row can succeed
+// either (the token, the account, the model, or no connection at all).
+func (p *Pipeline) fatal(pe *provider.Error) {
+	p.fatalOnce.Do(func() {
+		reason, advice := fatalReason(pe)
+		if !p.cfg.StopOnFatal {
+			p.cfg.Logger.Error(advice)
+			return
+		}
+		p.cfg.Logger.Error(advice + "; no more rows will be sent")
+		p.stopAdmit(errStop{reason})
+	})
+}
+
+func fatalReason(pe *provider.Error) (StopReason, string) {
+	switch {
+	case pe.Unreachable:
+		return StopUnreachable, "cannot reach the provider: " + pe.Msg + fmt.Sprintf(" (the first %d calls could not connect and none was ever answered); check --endpoint and the network, then finish with --resume", 3)
+	case pe.Outcome == outcome.UpstreamQuota:
+		return StopQuota, "the provider answered HTTP 402 Payment Required: the account has no credits left; top up, then finish with --resume"
+	case pe.Outcome == outcome.UpstreamNotFound:
+		return StopNotFound, "the provider answered HTTP 404 Not Found: it has no such model at this endpoint; check --model and --endpoint, then finish with --resume"
+	}
+	return StopAuth, "the provider rejected the token (HTTP 401/403); check HF_TOKEN or the token file, or use --provider local"
+}

@@ -1,0 +1,163 @@
+package resilience
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/hfsent/hfsent/internal/outcome"
+	"github.com/hfsent/hfsent/internal/provider"
+)
+
+// Classify runs one row (or one batch of texts) through the policies: it
+// sends it, retries what may recover, and while the breaker is open has the
+// fallback answer or waits, all within the row's context.
+//
+// The retry loop is written here rather than with failsafe-go's retry
+// policy because its budget must span the waits for the breaker: a row is
+// sent at most Retries+1 times in all, and a failsafe execution starts a
+// fresh count each time it is run.
+func (g *Guard) Classify(ctx context.Context, texts []string) (provider.Answer, error) {
+	row := &rowState{handoff: takePermit(ctx)}
+	ctx = withRow(ctx, row)
+	stop := stopFrom(ctx)
+	for {
+		actx := ctx
+		if row.waitForModel {
+			actx = provider.WithAttemptTimeout(provider.WithWaitForModel(ctx), row.attemptTimeout)
+		}
+		ans, err := g.inner.Classify(actx, texts)
+		if err == nil {
+			return ans, nil
+		}
+		if isOpen(err) {
+			// Refused by the breaker: nothing was sent.
+			if ans, ok := g.tryFallback(ctx, texts); ok {
+				return ans, nil
+			}
+			if failFast(ctx) {
+				return provider.Answer{}, g.openError()
+			}
+			if werr := g.br.wait(ctx, row, stop); werr != nil {
+				return provider.Answer{}, g.end(ctx, row, werr)
+			}
+			continue
+		}
+		if IsStopped(err) || isCtxErr(err) {
+			return provider.Answer{}, g.end(ctx, row, err)
+		}
+		pe, ok := provider.AsError(err)
+		if !ok || !pe.Retryable() || pe.Unreachable {
+			return provider.Answer{}, err
+		}
+		outage := isFailure(err) && !g.br.closed()
+		if row.sent > g.cfg.Retries {
+			// One view of an outage: a row whose last call failed as the
+			// breaker opened is answered by the fallback like a row that
+			// met the open breaker. It has no call left to wait for.
+			if outage {
+				if ans, ok := g.tryFallback(ctx, texts); ok {
+					return ans, nil
+				}
+			}
+			return provider.Answer{}, err
+		}
+		if outage {
+			continue // the next attempt meets the open breaker and waits there
+		}
+		d := g.retryDelay(pe, row)
+		row.wait(waitBackoff)
+		if !sleep(ctx, stop, d) {
+			return provider.Answer{}, g.end(ctx, row, stopOrCtx(ctx, stop))
+		}
+	}
+}
+
+// retryDelay is the wait before the row's next call: what the provider
+// asked for, capped; about a second for a loading model (the next call asks
+// the API to hold it until the model is up, as huggingface_hub does); else
+// exponential backoff with jitter, counted from when the failed call was
+// sent, so a call that took long to fail is not made to wait twice.
+func (g *Guard) retryDelay(pe *provider.Error, row *rowState) time.Duration {
+	if pe.Loading {
+		row.waitForModel = true
+		row.attemptTimeout = max(g.cfg.Timeout, min(pe.RetryAfter, g.cfg.MaxRetryAfter)+30*time.Second)
+		return time.Second
+	}
+	if pe.RetryAfter > 0 {
+		return min(pe.RetryAfter, g.cfg.MaxRetryAfter)
+	}
+	return backoff(row.sent, g.cfg.BackoffBase, g.cfg.BackoffMax) - time.Since(row.sentAt)
+}
+
+// backoff is the wait before retry n (1 for the first): a random time
+// between half and all of min(max, base×2^(n-1)). The half that is fixed
+// spaces a row's calls, so that in an outage the breaker opens (on the first
+// failures of many rows) before any row has spent its retries; the random
+// half spreads the rows out.
+func backoff(n int, base, maxWait time.Duration) time.Duration {
+	ceil := base
+	for i := 1; i < n && ceil < maxWait; i++ {
+		ceil *= 2
+	}
+	ceil = min(ceil, maxWait)
+	return ceil/2 + time.Duration(rand.Int64N(int64(ceil/2)+1))
+}
+
+// tryFallback asks the fallback model, when there is one.
+func (g *Guard) tryFallback(ctx context.Context, texts []string) (provider.Answer, bool) {
+	if g.fallback == nil {
+		return provider.Answer{}, false
+	}
+	ans, err := g.fallback.Classify(ctx, texts)
+	if err != nil {
+		// The row goes back to waiting for the breaker.
+		g.cfg.Logger.Debug("fallback model failed", "err", err)
+		return provider.Answer{}, false
+	}
+	ans.Fallback = true
+	if ans.Model == "" {
+		ans.Model = g.fallback.Model()
+	}
+	g.cfg.Counters.FallbackRows.Add(int64(len(texts)))
+	return ans, true
+}
+
+func (g *Guard) openError() error {
+	_, d := g.BreakerOpen()
+	return &provider.Error{Outcome: outcome.CircuitOpen, RetryAfter: d,
+		Msg: "circuit breaker open: the provider is failing and there is no --fallback-model", Err: errOpen()}
+}
+
+// end is the outcome of a row whose waiting was cut short: by its deadline,
+// by sending stopping (an interrupt, --max-duration), or by its caller.
+// A row that was sent ends with its last real answer; one that never was
+// ends with what held it back.
+func (g *Guard) end(ctx context.Context, row *rowState, err error) error {
+	deadline := errors.Is(ctx.Err(), context.DeadlineExceeded)
+	if row.waiting == waitCall {
+		return err // no answer to the call in flight: the caller says why
+	}
+	if (deadline || IsStopped(err)) && row.last != nil {
+		return row.last
+	}
+	if !deadline {
+		return err
+	}
+	switch row.waiting {
+	case waitBreaker:
+		return g.openError()
+	case waitCooldown:
+		return &provider.Error{Outcome: outcome.UpstreamRateLimited, RetryAfter: g.Cooldown(),
+			Msg: "not sent: the provider's Retry-After pause outlasted the row's deadline"}
+	case waitSlot:
+		return &provider.Error{Outcome: outcome.LocalCapacity,
+			Msg: fmt.Sprintf("not sent: no free slot (--concurrency %d) before the row's deadline", g.slots.Max())}
+	case waitRate:
+		return &provider.Error{Outcome: outcome.LocalCapacity,
+			Msg: fmt.Sprintf("not sent: the rate limit (--rps %g) had no turn for it before the row's deadline", g.cfg.RPS)}
+	}
+	return err
+}
