@@ -52,10 +52,10 @@ that is not a classification, ...); 2 for bad flags.`,
 	}
 	fs := cmd.Flags()
 	fs.StringVar(&o.model, "model", provider.DefaultModel, "model id")
-	fs.StringVar(&o.endpoint, "endpoint", "", "full URL to POST to; {model} is replaced\n(default "+provider.DefaultEndpoint+")")
+	fs.StringVar(&o.endpoint, "endpoint", "", "full http(s) URL to POST to; {model} is replaced\n(default "+provider.DefaultEndpoint+")")
 	fs.StringVar(&o.text, "text", "The repair was quick and the staff were friendly.", "the sample text sent")
-	fs.DurationVar(&o.timeout, "timeout", 60*time.Second, "the whole call, including waiting for a loading model")
-	fs.DurationVar(&o.connectTimeout, "connect-timeout", 3*time.Second, "connection set-up")
+	fs.DurationVar(&o.timeout, "timeout", 60*time.Second, "the whole call, including waiting for a loading model ("+rangeHelp(minTimeout, maxTimeout)+")")
+	fs.DurationVar(&o.connectTimeout, "connect-timeout", 3*time.Second, "connection set-up ("+rangeHelp(minTimeout, maxConnectTimeout)+")")
 	return cmd
 }
 
@@ -79,8 +79,17 @@ func runCheck(ctx context.Context, o *checkOptions, ios *IOStreams) error {
 	if strings.TrimSpace(o.text) == "" {
 		return usageErrorf("--text must not be empty")
 	}
-	if o.timeout <= 0 || o.connectTimeout <= 0 {
-		return usageErrorf("--timeout and --connect-timeout must be > 0")
+	if err := inRange("--timeout", o.timeout, minTimeout, maxTimeout, ""); err != nil {
+		return err
+	}
+	if err := inRange("--connect-timeout", o.connectTimeout, minTimeout, maxConnectTimeout, ""); err != nil {
+		return err
+	}
+	if _, err := provider.EndpointURL(o.endpoint, "model"); err != nil {
+		return usageError(fmt.Errorf("--endpoint %w", err))
+	}
+	if _, err := provider.EndpointURL(o.endpoint, o.model); err != nil {
+		return usageError(fmt.Errorf("--model: %w", err))
 	}
 	res := &checkResult{}
 	defer res.print(ios.Out)
@@ -88,8 +97,8 @@ func runCheck(ctx context.Context, o *checkOptions, ios *IOStreams) error {
 	tok, err := provider.ResolveToken(ios.getenv)
 	switch {
 	case err != nil:
-		res.add("token", "unreadable: "+err.Error())
-		res.add("result", "FAIL: fix or remove the token file")
+		res.add("token", "unusable: "+err.Error())
+		res.add("result", "FAIL: fix the token; nothing was sent")
 		return silentExit(ExitCheckFailed)
 	case tok.Value != "":
 		res.add("token", "found ("+tok.Source+")")
@@ -111,9 +120,9 @@ func runCheck(ctx context.Context, o *checkOptions, ios *IOStreams) error {
 		Client:         &http.Client{Transport: capture},
 	})
 	if err != nil {
-		return usageError(fmt.Errorf("--endpoint: %w", err))
+		return usageError(fmt.Errorf("--endpoint %w", err))
 	}
-	res.add("endpoint", hf.URL())
+	res.add("endpoint", hf.URL()) // redacted
 	res.add("model", o.model)
 	if tok.Value == "" && o.endpoint == "" {
 		res.add("result", "FAIL: no Hugging Face token: set HF_TOKEN=hf_... or run `hf auth login`; nothing was sent")

@@ -36,6 +36,7 @@ type classifyOptions struct {
 	resume      bool
 	maxDuration time.Duration
 	includeText bool
+	rawCSV      bool
 	summaryJSON string
 	report      string
 	failOn      failPolicy
@@ -43,6 +44,7 @@ type classifyOptions struct {
 	noProgress  bool
 	// progressSet is true when --progress or --no-progress was given.
 	progressSet bool
+	dedupeSet   bool // --dedupe was given
 }
 
 func newClassifyCmd(ios *IOStreams, g *globalOptions) *cobra.Command {
@@ -58,6 +60,9 @@ an interrupted run keeps everything it finished.
 Columns written: request_id, status, label, score, outcome, model, attempts,
 latency_ms, error, queued_ms, started_ms, finished_ms (and text with
 --include-text). Outcome codes and exit codes are listed in the README.
+Text, label and error that begin with = + - @ tab or CR get a leading ' so
+that a spreadsheet does not run them as formulas (--raw-csv: as they are);
+request_id is written exactly as read.
 
 The token comes from HF_TOKEN, else the Hugging Face token file
 ($HF_TOKEN_PATH, else $HF_HOME/token, else ~/.cache/huggingface/token).`,
@@ -73,6 +78,7 @@ The token comes from HF_TOKEN, else the Hugging Face token file
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.input = args[0]
 			o.progressSet = cmd.Flags().Changed("progress") || cmd.Flags().Changed("no-progress")
+			o.dedupeSet = cmd.Flags().Changed("dedupe")
 			log, err := g.logger(ios)
 			if err != nil {
 				return err
@@ -85,13 +91,14 @@ The token comes from HF_TOKEN, else the Hugging Face token file
 	fs.StringVar(&o.idColumn, "id-column", "request_id", "column holding the row id")
 	fs.StringVar(&o.textColumn, "text-column", "text", "column holding the text")
 	addProviderFlags(fs, &o.prov)
-	fs.IntVar(&o.maxChars, "max-chars", 5000, "longer texts are invalid_input")
-	fs.IntVar(&o.batchSize, "batch-size", 1, "texts per provider call")
+	fs.IntVar(&o.maxChars, "max-chars", 5000, "longer texts are invalid_input ("+rangeHelp(1, maxCharsLimit)+")")
+	fs.IntVar(&o.batchSize, "batch-size", 1, "texts per provider call ("+rangeHelp(1, maxBatchSize)+")")
 	fs.BoolVar(&o.dedupe, "dedupe", true, "send identical texts once and reuse the answer")
 	fs.BoolVar(&o.noDedupe, "no-dedupe", false, "send every row, even identical texts")
 	fs.BoolVar(&o.resume, "resume", false, "keep rows already in --output whose outcome is final, process only the rest")
-	fs.DurationVar(&o.maxDuration, "max-duration", 0, "stop admitting rows after this long; the rest are not_attempted (0: no limit)")
+	fs.DurationVar(&o.maxDuration, "max-duration", 0, "stop admitting rows after this long; the rest are not_attempted (0: no limit, up to "+show(maxRunDuration)+")")
 	fs.BoolVar(&o.includeText, "include-text", false, "copy the input text into the results")
+	fs.BoolVar(&o.rawCSV, "raw-csv", false, "write text, label and error as they are, without the spreadsheet-formula guard (a ' before a leading = + - @ tab or CR); for programs, not spreadsheets")
 	fs.StringVar(&o.summaryJSON, "summary-json", "", "write counts by outcome, calls, retries, elapsed time, achieved rate and exit reason to this JSON file")
 	fs.StringVar(&o.report, "report", "", "at the end, draw the run to this .svg or .html file (see hfsent report)")
 	fs.Var(&o.failOn, "fail-on", "which failed rows make the exit code 1: any, a failure rate such as 5% (exit 1 above it), or none")
@@ -104,14 +111,8 @@ func (o *classifyOptions) validate() error {
 	if err := o.prov.validate(); err != nil {
 		return err
 	}
-	if o.maxChars < 1 {
-		return usageErrorf("--max-chars must be at least 1, got %d", o.maxChars)
-	}
-	if o.batchSize < 1 {
-		return usageErrorf("--batch-size must be at least 1, got %d", o.batchSize)
-	}
-	if o.maxDuration < 0 {
-		return usageErrorf("--max-duration must be >= 0")
+	if err := o.validBounds(); err != nil {
+		return err
 	}
 	if strings.TrimSpace(o.idColumn) == "" || strings.TrimSpace(o.textColumn) == "" {
 		return usageErrorf("--id-column and --text-column must not be empty")

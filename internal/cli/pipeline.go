@@ -33,26 +33,50 @@ type providerOptions struct {
 	breakerMinCalls  int
 	breakerCooldown  time.Duration
 	fallbackModel    string
+
+	// flags tells which flags were given (for --provider local's warning).
+	flags *pflag.FlagSet
 }
 
 func addProviderFlags(fs *pflag.FlagSet, o *providerOptions) {
+	o.flags = fs
 	fs.StringVar(&o.provider, "provider", "hf", "hf: the Hugging Face API (needs a token unless --endpoint is set); local: the embedded offline model, no network, no token")
 	fs.StringVar(&o.model, "model", provider.DefaultModel, "model id")
-	fs.StringVar(&o.endpoint, "endpoint", "", "full URL to POST to, e.g. a dedicated Inference Endpoint or a local server; {model} is replaced\n(default "+provider.DefaultEndpoint+")")
-	fs.IntVarP(&o.concurrency, "concurrency", "c", 8, "calls in flight at most")
+	fs.StringVar(&o.endpoint, "endpoint", "", "full http(s) URL to POST to, e.g. a dedicated Inference Endpoint or a local server; {model} is replaced\n(default "+provider.DefaultEndpoint+")")
+	fs.IntVarP(&o.concurrency, "concurrency", "c", 8, "calls in flight at most ("+rangeHelp(1, maxConcurrency)+"; with --batch-size, at most "+show(maxTextsInFlight)+" texts in flight)")
 	fs.BoolVar(&o.adaptive, "adaptive", false, "find the provider's real capacity below --concurrency (lowers on 429s and timeouts, raises on success)")
-	fs.DurationVar(&o.admissionWait, "admission-wait", 0, "how long a row may wait for a free slot, from when it is read; past it the row is local_capacity and not sent (0: wait as long as needed; meant for bursts, leave 0 for batches)")
-	fs.Float64Var(&o.rps, "rps", 0, "provider calls per second, retries included (0: no limit)")
-	fs.IntVar(&o.burst, "burst", 1, "calls allowed at once above --rps")
-	fs.DurationVar(&o.timeout, "timeout", 12*time.Second, "one attempt, end to end")
-	fs.DurationVar(&o.connectTimeout, "connect-timeout", 3*time.Second, "connection set-up")
-	fs.DurationVar(&o.rowDeadline, "row-deadline", 10*time.Minute, "all attempts and waits of one row; past it the row ends with its last outcome, or circuit_open")
-	fs.IntVar(&o.retries, "retries", 4, "retries after a failure that may recover (connection errors, timeouts, 429, 500/502/503/504), with exponential backoff and jitter, honouring Retry-After")
-	fs.Float64Var(&o.breakerThreshold, "breaker-threshold", 0.3, "failure rate that opens the circuit breaker (5xx, timeouts, connection errors count; 429 and 4xx do not)")
-	fs.DurationVar(&o.breakerWindow, "breaker-window", 60*time.Second, "window over which the failure rate is measured")
-	fs.IntVar(&o.breakerMinCalls, "breaker-min-calls", 20, "calls in the window before the rate counts")
-	fs.DurationVar(&o.breakerCooldown, "breaker-cooldown", 60*time.Second, "time the breaker stays open before a probe")
+	fs.DurationVar(&o.admissionWait, "admission-wait", 0, "how long a row may wait for a free slot, from when it is read; past it the row is local_capacity and not sent (0: wait as long as needed, up to "+show(maxAdmissionWait)+"; meant for bursts, leave 0 for batches)")
+	fs.Float64Var(&o.rps, "rps", 0, "provider calls per second, retries included (0: no limit, else "+rangeHelp(minRPS, maxRPS)+")")
+	fs.IntVar(&o.burst, "burst", 1, "calls allowed at once above --rps ("+rangeHelp(1, maxBurst)+")")
+	fs.DurationVar(&o.timeout, "timeout", 12*time.Second, "one attempt, end to end ("+rangeHelp(minTimeout, maxTimeout)+")")
+	fs.DurationVar(&o.connectTimeout, "connect-timeout", 3*time.Second, "connection set-up ("+rangeHelp(minTimeout, maxConnectTimeout)+")")
+	fs.DurationVar(&o.rowDeadline, "row-deadline", 10*time.Minute, "all attempts and waits of one row; past it the row ends with its last outcome, or circuit_open ("+rangeHelp(minTimeout, maxRowDeadline)+")")
+	fs.IntVar(&o.retries, "retries", 4, "retries after a failure that may recover (connection errors, timeouts, 429, 500/502/503/504), with exponential backoff and jitter, honouring Retry-After ("+rangeHelp(0, maxRetries)+")")
+	fs.Float64Var(&o.breakerThreshold, "breaker-threshold", 0.3, "failure rate that opens the circuit breaker (5xx, timeouts, connection errors count; 429 and 4xx do not) ("+rangeHelp(minThreshold, 1.0)+")")
+	fs.DurationVar(&o.breakerWindow, "breaker-window", 60*time.Second, "window over which the failure rate is measured ("+rangeHelp(minBreakerWindow, maxBreakerWindow)+")")
+	fs.IntVar(&o.breakerMinCalls, "breaker-min-calls", 20, "calls in the window before the rate counts ("+rangeHelp(1, maxMinCalls)+")")
+	fs.DurationVar(&o.breakerCooldown, "breaker-cooldown", 60*time.Second, "time the breaker stays open before a probe ("+rangeHelp(minTimeout, maxCooldown)+")")
 	fs.StringVar(&o.fallbackModel, "fallback-model", "", "model id, or local, that answers rows while the breaker is open (default: none, rows wait for recovery)")
+}
+
+// hfOnlyFlags are the provider flags that only the Hugging Face client and
+// the policies around it read: --provider local ignores them.
+var hfOnlyFlags = []string{"model", "endpoint", "adaptive", "rps", "burst", "timeout", "connect-timeout", "retries",
+	"breaker-threshold", "breaker-window", "breaker-min-calls", "breaker-cooldown", "fallback-model"}
+
+// ignoredFlags lists the flags given on the command line that this run
+// ignores.
+func (o *providerOptions) ignoredFlags() []string {
+	if o.provider != "local" || o.flags == nil {
+		return nil
+	}
+	var out []string
+	for _, name := range hfOnlyFlags {
+		if o.flags.Changed(name) {
+			out = append(out, "--"+name)
+		}
+	}
+	return out
 }
 
 // validate checks the flags before anything is opened or sent.
@@ -65,26 +89,41 @@ func (o *providerOptions) validate() error {
 	if strings.TrimSpace(o.model) == "" {
 		return usageErrorf("--model must not be empty")
 	}
-	if o.concurrency < 1 {
-		return usageErrorf("--concurrency must be at least 1, got %d", o.concurrency)
-	}
-	if o.admissionWait < 0 || o.timeout <= 0 || o.connectTimeout <= 0 || o.rowDeadline <= 0 {
-		return usageErrorf("--admission-wait must be >= 0 and --timeout, --connect-timeout, --row-deadline > 0")
-	}
-	if o.rps < 0 || o.burst < 1 {
-		return usageErrorf("--rps must be >= 0 and --burst >= 1")
-	}
-	if o.retries < 0 {
-		return usageErrorf("--retries must be >= 0, got %d", o.retries)
-	}
-	if o.breakerThreshold <= 0 || o.breakerThreshold > 1 {
-		return usageErrorf("--breaker-threshold must be in (0,1], got %g", o.breakerThreshold)
-	}
-	if o.breakerWindow <= 0 || o.breakerCooldown <= 0 || o.breakerMinCalls < 1 {
-		return usageErrorf("--breaker-window and --breaker-cooldown must be > 0, --breaker-min-calls >= 1")
+	for _, err := range []error{
+		inRange("--concurrency", o.concurrency, 1, maxConcurrency, ""),
+		inRange("--admission-wait", o.admissionWait, 0, maxAdmissionWait, ""),
+		inRange("--timeout", o.timeout, minTimeout, maxTimeout, ""),
+		inRange("--connect-timeout", o.connectTimeout, minTimeout, maxConnectTimeout, ""),
+		inRange("--row-deadline", o.rowDeadline, minTimeout, maxRowDeadline, ""),
+		inRange("--rps", o.rps, minRPS, maxRPS, "no limit"),
+		inRange("--burst", o.burst, 1, maxBurst, ""),
+		inRange("--retries", o.retries, 0, maxRetries, ""),
+		inRange("--breaker-threshold", o.breakerThreshold, minThreshold, 1, ""),
+		inRange("--breaker-window", o.breakerWindow, minBreakerWindow, maxBreakerWindow, ""),
+		inRange("--breaker-min-calls", o.breakerMinCalls, 1, maxMinCalls, ""),
+		inRange("--breaker-cooldown", o.breakerCooldown, minTimeout, maxCooldown, ""),
+	} {
+		if err != nil {
+			return err
+		}
 	}
 	if fb := strings.TrimSpace(o.fallbackModel); o.fallbackModel != "" && (fb == "" || fb == o.model) {
 		return usageErrorf("--fallback-model must name another model (or local), got %q", o.fallbackModel)
+	}
+	if o.provider == "hf" {
+		// The endpoint first, with a harmless model id, then each model
+		// id put in it: the message blames the flag that is wrong.
+		if _, err := provider.EndpointURL(o.endpoint, "model"); err != nil {
+			return usageError(fmt.Errorf("--endpoint %w", err))
+		}
+		if _, err := provider.EndpointURL(o.endpoint, o.model); err != nil {
+			return usageError(fmt.Errorf("--model: %w", err))
+		}
+		if fb := strings.TrimSpace(o.fallbackModel); fb != "" && fb != "local" {
+			if _, err := provider.EndpointURL(o.fallbackEndpoint(), fb); err != nil {
+				return usageError(fmt.Errorf("--fallback-model: %w", err))
+			}
+		}
 	}
 	return nil
 }
@@ -94,6 +133,9 @@ func (o *providerOptions) validate() error {
 // counters (nil: not reported).
 func (o *providerOptions) build(ios *IOStreams, log *slog.Logger, counters *resilience.Counters) (provider.Classifier, error) {
 	if o.provider == "local" {
+		if ignored := o.ignoredFlags(); len(ignored) > 0 {
+			log.Warn("--provider local ignores " + strings.Join(ignored, ", ") + ": they apply to the Hugging Face API only")
+		}
 		return provider.NewLocal(), nil
 	}
 	tok, err := provider.ResolveToken(ios.getenv)
@@ -114,7 +156,7 @@ func (o *providerOptions) build(ios *IOStreams, log *slog.Logger, counters *resi
 		UserAgent:      "hfsent/" + version,
 	})
 	if err != nil {
-		return nil, usageError(fmt.Errorf("--endpoint: %w", err))
+		return nil, usageError(fmt.Errorf("--endpoint %w", err))
 	}
 	log.Debug("provider", "url", hf.URL(), "token", tok.String())
 	fb, err := o.buildFallback(tok.Value)
@@ -138,6 +180,15 @@ func (o *providerOptions) build(ios *IOStreams, log *slog.Logger, counters *resi
 	}), nil
 }
 
+// fallbackEndpoint is where --fallback-model is asked: --endpoint when it
+// has {model}, else the default router ("").
+func (o *providerOptions) fallbackEndpoint() string {
+	if strings.Contains(o.endpoint, "{model}") {
+		return o.endpoint
+	}
+	return ""
+}
+
 // buildFallback makes the --fallback-model client: the embedded model, or
 // another model on the same API (a fixed --endpoint without {model} cannot
 // name another model, so the default router is used then).
@@ -148,10 +199,7 @@ func (o *providerOptions) buildFallback(token string) (provider.Classifier, erro
 	case "local":
 		return provider.NewLocal(), nil
 	default:
-		ep := o.endpoint
-		if !strings.Contains(ep, "{model}") {
-			ep = ""
-		}
+		ep := o.fallbackEndpoint()
 		if ep == "" && token == "" {
 			return nil, usageErrorf("--fallback-model %s is asked on the Hugging Face API, which needs a token; set HF_TOKEN, use --fallback-model local, or an --endpoint with {model}", id)
 		}

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -37,7 +38,11 @@ The output is self-contained (no network needed to view it): an SVG, or an
 HTML page holding the SVG and the tables, chosen by the file extension. Its
 size is bounded: past --max-bars rows, bars are a sample in which every
 outcome keeps a fair share (rare failures are all drawn); counts, the
-in-flight line and the percentiles always cover every row.`,
+in-flight line and the percentiles always cover every row.
+
+Times must be whole milliseconds between 0 and a year, with queued_ms <=
+started_ms <= finished_ms; a row that breaks this is refused (exit 2),
+naming its line.`,
 		Example: `  hfsent report results.csv -o run.svg
   hfsent report results.csv -o run.html --title "nightly feedback batch"
 
@@ -51,7 +56,7 @@ in-flight line and the percentiles always cover every row.`,
 	}
 	cmd.Flags().StringVarP(&o.output, "output", "o", "", "picture to write: a .svg or .html file (required)")
 	cmd.Flags().StringVar(&o.title, "title", "", "title of the picture (default: the results file name)")
-	cmd.Flags().IntVar(&o.maxBars, "max-bars", 2000, "rows drawn as bars at most; beyond it they are sampled")
+	cmd.Flags().IntVar(&o.maxBars, "max-bars", 2000, "rows drawn as bars at most; beyond it they are sampled ("+rangeHelp(1, maxBars)+")")
 	return cmd
 }
 
@@ -63,8 +68,8 @@ func runReport(o *reportOptions, ios *IOStreams) error {
 	if err != nil {
 		return usageErrorf("--output %v", err)
 	}
-	if o.maxBars < 1 {
-		return usageErrorf("--max-bars must be at least 1, got %d", o.maxBars)
+	if err := inRange("--max-bars", o.maxBars, 1, maxBars, ""); err != nil {
+		return err
 	}
 	var in io.Reader = ios.In
 	name := "stdin"
@@ -81,6 +86,10 @@ func runReport(o *reportOptions, ios *IOStreams) error {
 	}
 	c := report.NewCollector(report.Options{MaxBars: o.maxBars, Title: o.title})
 	if err := report.ReadCSV(in, c); err != nil {
+		var le *report.LineError
+		if errors.As(err, &le) {
+			return usageErrorf("%s:%d: %s", name, le.Line, le.Msg)
+		}
 		return usageErrorf("%s: %v", name, err)
 	}
 	if err := writeReport(o.output, format, c.Report()); err != nil {

@@ -108,7 +108,7 @@ type output struct {
 // are.
 func openOutput(o *classifyOptions, ios *IOStreams, log *slog.Logger, src *input.Reader, in inputInfo) (*output, error) {
 	if o.output == "" || o.output == "-" {
-		w, err := results.NewWriter(ios.Out, o.includeText)
+		w, err := results.NewWriter(ios.Out, o.includeText, results.Raw(o.rawCSV))
 		if err != nil {
 			return nil, usageErrorf("cannot write stdout: %v", err)
 		}
@@ -133,7 +133,7 @@ func openOutput(o *classifyOptions, ios *IOStreams, log *slog.Logger, src *input
 	if err != nil {
 		return nil, err
 	}
-	w, err := results.NewWriter(f, o.includeText)
+	w, err := results.NewWriter(f, o.includeText, results.Raw(o.rawCSV))
 	if err != nil {
 		closeOut()
 		return nil, usageErrorf("cannot write %s: %v", o.output, err)
@@ -189,7 +189,7 @@ func openResume(o *classifyOptions, log *slog.Logger, src *input.Reader, id side
 		old.Close()
 		return nil, usageErrorf("cannot create %s: %v", tmpPath, unwrapPathError(err))
 	}
-	w, err := results.NewWriter(tmp, o.includeText)
+	w, err := results.NewWriter(tmp, o.includeText, results.Raw(o.rawCSV))
 	if err != nil {
 		stream.Close()
 		old.Close()
@@ -251,7 +251,7 @@ func recoverResume(o *classifyOptions, log *slog.Logger) error {
 		os.Remove(mergedPath)
 		return usageErrorf("--resume: recovering %s: %v", tmpPath, err)
 	}
-	w, err := results.NewWriter(f, o.includeText)
+	w, err := results.NewWriter(f, o.includeText, results.Raw(o.rawCSV))
 	if err != nil {
 		return fail(err)
 	}

@@ -11,12 +11,14 @@ import (
 	"io"
 	"net"
 	"net/http"
-	neturl "net/url"
+	"net/url"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/hfsent/hfsent/internal/outcome"
+	"github.com/hfsent/hfsent/internal/redact"
 )
 
 // DefaultModel is the model asked when none is given.
@@ -81,13 +83,9 @@ func NewHF(cfg HFConfig) (*HF, error) {
 	if cfg.Model == "" {
 		cfg.Model = DefaultModel
 	}
-	ep := cfg.Endpoint
-	if ep == "" {
-		ep = DefaultEndpoint
-	}
-	url := strings.ReplaceAll(ep, "{model}", cfg.Model)
-	if !strings.HasPrefix(url, "http://") && !strings.HasPrefix(url, "https://") {
-		return nil, fmt.Errorf("endpoint %q is not an http(s) URL", ep)
+	target, err := EndpointURL(cfg.Endpoint, cfg.Model)
+	if err != nil {
+		return nil, err
 	}
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = 12 * time.Second
@@ -103,17 +101,76 @@ func NewHF(cfg HFConfig) (*HF, error) {
 		c = NewHTTPClient(cfg.Concurrency, cfg.ConnectTimeout)
 	}
 	host := "the endpoint"
-	if u, err := neturl.Parse(url); err == nil && u.Host != "" {
+	if u, err := url.Parse(target); err == nil && u.Host != "" {
 		host = u.Host
 	}
-	return &HF{cfg: cfg, url: url, host: host, client: c}, nil
+	return &HF{cfg: cfg, url: target, host: host, client: c}, nil
+}
+
+// EndpointURL checks an endpoint (empty: DefaultEndpoint) and returns the
+// URL to post to for model. It refuses what would fail every call: a string
+// net/url cannot parse, a scheme other than http or https, no host, a bad
+// port, {model} outside the path and query, a model id that breaks the URL.
+// Its errors show the endpoint redacted (package redact), never as given.
+func EndpointURL(endpoint, model string) (string, error) {
+	ep := endpoint
+	if ep == "" {
+		ep = DefaultEndpoint
+	}
+	shown := fmt.Sprintf("%q", redact.URL(ep))
+	if scheme, _, ok := strings.Cut(ep, "://"); !ok || !strings.EqualFold(scheme, "http") && !strings.EqualFold(scheme, "https") {
+		return "", fmt.Errorf("%s is not an http:// or https:// URL", shown)
+	}
+	if strings.Contains(authority(ep), "{model}") {
+		return "", fmt.Errorf("%s has {model} in its host; {model} may stand only in the path or the query", shown)
+	}
+	// net/url's own errors quote pieces of the URL (a bad %-escape, a
+	// port), which may be pieces of a password: they are not shown.
+	if err := checkURL(ep); err != "" {
+		return "", fmt.Errorf("%s is not a valid URL: %s", shown, err)
+	}
+	target := strings.ReplaceAll(ep, "{model}", model)
+	if err := checkURL(target); err != "" {
+		return "", fmt.Errorf("%s with the model id %q put in for {model} is not a valid URL: %s", shown, model, err)
+	}
+	return target, nil
+}
+
+// checkURL says what is wrong with s as a URL to post to, or "".
+func checkURL(s string) string {
+	u, err := url.Parse(s)
+	switch {
+	case err != nil:
+		return "check the host, the port, spaces and %-escapes"
+	case u.Hostname() == "":
+		return "it has no host"
+	}
+	if p := u.Port(); p != "" {
+		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+			return "its port is not between 1 and 65535"
+		}
+	}
+	return ""
+}
+
+// authority is the host part of a URL string, userinfo and port included.
+func authority(s string) string {
+	_, rest, ok := strings.Cut(s, "://")
+	if !ok {
+		return ""
+	}
+	if i := strings.IndexAny(rest, "/?#"); i >= 0 {
+		rest = rest[:i]
+	}
+	return rest
 }
 
 // Model implements Classifier.
 func (h *HF) Model() string { return h.cfg.Model }
 
-// URL is the address the client posts to.
-func (h *HF) URL() string { return h.url }
+// URL is the address the client posts to, with any credential in it
+// redacted: it is for showing.
+func (h *HF) URL() string { return redact.URL(h.url) }
 
 type request struct {
 	Inputs     any            `json:"inputs"`
@@ -166,6 +223,12 @@ func (h *HF) Classify(ctx context.Context, texts []string) (Answer, error) {
 func (h *HF) do(ctx, actx context.Context, req *http.Request, n int, timeout time.Duration) (Answer, error) {
 	resp, err := h.client.Do(req)
 	if err != nil {
+		// net/http's *url.Error prints the URL (it hides a password, not a
+		// query's api_key); it is kept for errors.As, but redacted.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			ue.URL = redact.URL(ue.URL)
+		}
 		return Answer{}, h.transportError(ctx, actx, err, timeout)
 	}
 	defer resp.Body.Close()

@@ -3,7 +3,9 @@ package provider_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -162,5 +164,61 @@ func TestLocalModel(t *testing.T) {
 	}
 	if ans.Model != provider.LocalModel {
 		t.Fatal(ans.Model)
+	}
+}
+
+// A malformed endpoint is refused by NewHF, and the error shows it
+// redacted: never the password or a query value.
+func TestEndpointValidation(t *testing.T) {
+	for ep, want := range map[string]string{
+		"http://u:PWSECRET@127.0.0.1:1 /models/x?api_key=QSECRET": "is not a valid URL",
+		"http://[::1:bad/x?api_key=QSECRET":                       "is not a valid URL",
+		"http://u:PWSECRET@/x?api_key=QSECRET":                    "has no host",
+		"http:///x":                                               "has no host",
+		"http:x":                                                  "not an http:// or https:// URL",
+		"ftp://u:PWSECRET@h/x?api_key=QSECRET":                    "not an http:// or https:// URL",
+		"127.0.0.1:8080/x":                                        "not an http:// or https:// URL",
+		"http://{model}.example.com/x":                            "{model} in its host",
+		"http://u:PWSECRET@h:99999/x":                             "port is not between 1 and 65535",
+		"http://u:PW%zzSECRET@h/x":                                "is not a valid URL",
+	} {
+		_, err := provider.NewHF(provider.HFConfig{Endpoint: ep, Model: "a/b"})
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: err %v, want %q", ep, err, want)
+			continue
+		}
+		if strings.Contains(err.Error(), "SECRET") {
+			t.Errorf("%s: the error shows a credential: %v", ep, err)
+		}
+	}
+	for _, ep := range []string{"", "HTTPS://h.example/models/{model}?wait=1", "http://[::1]:8080/x", "http://u:p@127.0.0.1:9/{model}"} {
+		if _, err := provider.NewHF(provider.HFConfig{Endpoint: ep, Model: "a/b"}); err != nil {
+			t.Errorf("%s: %v", ep, err)
+		}
+	}
+	if _, err := provider.NewHF(provider.HFConfig{Endpoint: "http://h/{model}", Model: "a%zz"}); err == nil || !strings.Contains(err.Error(), `model id "a%zz"`) {
+		t.Errorf("a model id that breaks the URL: %v", err)
+	}
+}
+
+// A connection failure keeps net/http's *url.Error for errors.As, but its
+// URL is redacted, whatever prints the chain; URL() is redacted too.
+func TestTransportErrorRedactsURL(t *testing.T) {
+	srv := fakehf.Start(&fakehf.Fake{})
+	addr := strings.TrimPrefix(srv.URL, "http://")
+	srv.Close()
+	c := newClient(t, "http://user:PWSECRET@"+addr+"/m?api_key=QSECRET", time.Second)
+	if strings.Contains(c.URL(), "SECRET") || !strings.Contains(c.URL(), "REDACTED") {
+		t.Fatalf("URL() = %q", c.URL())
+	}
+	_, err := c.Classify(context.Background(), []string{"a"})
+	var ue *url.Error
+	if !errors.As(err, &ue) {
+		t.Fatalf("no *url.Error in %v", err)
+	}
+	for _, shown := range []string{err.Error(), fmt.Sprintf("%v", errors.Unwrap(err)), fmt.Sprintf("%+v", err), ue.Error()} {
+		if strings.Contains(shown, "SECRET") {
+			t.Fatalf("a credential is shown: %s", shown)
+		}
 	}
 }

@@ -2,10 +2,12 @@ package provider
 
 import (
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
+	"unicode"
 )
 
 // Token is a resolved Hugging Face token and where it came from. Source is
@@ -26,9 +28,13 @@ func (t Token) String() string {
 // ResolveToken finds the token in the order huggingface_hub uses: HF_TOKEN,
 // then the token file at $HF_TOKEN_PATH, else $HF_HOME/token, else
 // $XDG_CACHE_HOME/huggingface/token, else ~/.cache/huggingface/token. getenv is os.Getenv outside tests.
+//
+// A token with a line break or another control character inside (a token
+// file of two lines, say) is an error naming where it came from: sent, it
+// would make every call fail as if the endpoint were down.
 func ResolveToken(getenv func(string) string) (Token, error) {
 	if v := strings.TrimSpace(getenv("HF_TOKEN")); v != "" {
-		return Token{Value: v, Source: "HF_TOKEN"}, nil
+		return checked(Token{Value: v, Source: "HF_TOKEN"})
 	}
 	path := TokenPath(getenv)
 	if path == "" {
@@ -45,7 +51,24 @@ func ResolveToken(getenv func(string) string) (Token, error) {
 	if v == "" {
 		return Token{}, nil
 	}
-	return Token{Value: v, Source: path}, nil
+	return checked(Token{Value: v, Source: path})
+}
+
+// checked refuses a token that cannot be sent in a header. The message
+// names the source and what is wrong, never the token.
+func checked(t Token) (Token, error) {
+	if i := strings.IndexFunc(t.Value, unicode.IsControl); i >= 0 {
+		what := "a control character"
+		if c := t.Value[i]; c == '\n' || c == '\r' {
+			what = "a line break"
+		}
+		where := "token file " + t.Source
+		if t.Source == "HF_TOKEN" {
+			where = "HF_TOKEN"
+		}
+		return Token{}, fmt.Errorf("%s has %s inside the token; it must hold the token alone, on one line", where, what)
+	}
+	return t, nil
 }
 
 // TokenPath is where the token file is looked for.

@@ -51,3 +51,36 @@ func TestResolveTokenOrder(t *testing.T) {
 		})
 	}
 }
+
+// A token with a line break or another control character inside is refused
+// when read, naming where it came from and never the token: sent, it made
+// every call fail as "connection failed".
+func TestResolveTokenRefusesControlCharacters(t *testing.T) {
+	dir := t.TempDir()
+	twoLines := filepath.Join(dir, "token")
+	if err := os.WriteFile(twoLines, []byte("hf_FIRSTLINE123\nhf_SECONDLINE456\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for name, c := range map[string]struct {
+		env  map[string]string
+		want string
+	}{
+		"two-line file":     {map[string]string{"HF_TOKEN_PATH": twoLines}, "token file " + twoLines + " has a line break"},
+		"newline in env":    {map[string]string{"HF_TOKEN": " hf_FIRSTLINE123\r\nhf_SECONDLINE456 "}, "HF_TOKEN has a line break"},
+		"control character": {map[string]string{"HF_TOKEN": "hf_FIRSTLINE123\x00"}, "HF_TOKEN has a control character"},
+		"tab inside":        {map[string]string{"HF_TOKEN": "hf_FIRSTLINE123\thf_SECONDLINE456"}, "HF_TOKEN has a control character"},
+	} {
+		tok, err := ResolveToken(func(k string) string { return c.env[k] })
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: err %v, want %q", name, err, c.want)
+			continue
+		}
+		if tok.Value != "" || strings.Contains(err.Error(), "LINE") {
+			t.Errorf("%s: the token leaks: %q, %q", name, tok.Value, err)
+		}
+	}
+	// Ends are still trimmed: a token file with a final newline is fine.
+	if tok, err := ResolveToken(func(k string) string { return map[string]string{"HF_TOKEN": "\thf_ok\r\n"}[k] }); err != nil || tok.Value != "hf_ok" {
+		t.Fatalf("trimmed token: %q, %v", tok.Value, err)
+	}
+}

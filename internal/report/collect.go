@@ -111,12 +111,13 @@ func (c *Collector) Add(r Record) {
 	if r.Outcome == "" {
 		r.Outcome = "unknown"
 	}
-	// Clamp nonsense (hand-edited files) rather than draw it.
-	r.QueuedMs = max(r.QueuedMs, 0)
-	r.FinishedMs = max(r.FinishedMs, r.QueuedMs)
+	// Clamp nonsense rather than draw it (ReadCSV refuses it; this guards
+	// other callers): past MaxMs the time axis could not be built.
+	r.QueuedMs = min(max(r.QueuedMs, 0), MaxMs)
+	r.FinishedMs = min(max(r.FinishedMs, r.QueuedMs), MaxMs)
 	if r.Sent {
 		r.StartedMs = min(max(r.StartedMs, r.QueuedMs), r.FinishedMs)
-		r.LatencyMs = max(r.LatencyMs, 0)
+		r.LatencyMs = min(max(r.LatencyMs, 0), MaxMs)
 	}
 	c.counts[r.Outcome]++
 	c.end = max(c.end, r.FinishedMs)

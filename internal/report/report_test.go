@@ -3,6 +3,7 @@ package report
 import (
 	"bytes"
 	"encoding/xml"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -243,18 +244,44 @@ func TestReadCSVErrors(t *testing.T) {
 			t.Errorf("%s: no error", name)
 		}
 	}
-	// Nonsense times (hand-edited) are clamped, not drawn or panicked on.
+}
+
+// TestReadCSVBoundsAndLines: a time out of range or out of order is an
+// error naming the line the record starts on (a quoted field may span
+// lines), never a picture that takes for ever: finished_ms at the int64
+// limit used to spin for ever.
+func TestReadCSVBoundsAndLines(t *testing.T) {
+	const h = "request_id,status,label,score,outcome,model,attempts,latency_ms,error,queued_ms,started_ms,finished_ms,text\n"
+	const ok = "a,200,P,0.9,success,m,1,5,,0,1,6,\"two\nlines\"\n" // lines 2-3
+	for name, c := range map[string]struct {
+		row, want string
+	}{
+		"int64 max":          {"b,200,P,0.9,success,m,1,5,,0,1,9223372036854775807,x\n", "line 4: finished_ms 9223372036854775807 is out of range"},
+		"past a year":        {"b,200,P,0.9,success,m,1,5,,0,1,31536000001,x\n", "line 4: finished_ms 31536000001 is out of range"},
+		"negative queued":    {"b,503,,,not_attempted,,0,,,-5,,1,x\n", "line 4: queued_ms -5 is out of range"},
+		"negative latency":   {"b,200,P,0.9,success,m,1,-5,,0,1,6,x\n", "line 4: latency_ms -5 is out of range"},
+		"started < queued":   {"b,200,P,0.9,success,m,1,5,,10,3,20,x\n", "line 4: started_ms 3 is before queued_ms 10"},
+		"finished < started": {"b,200,P,0.9,success,m,1,5,,0,9,4,x\n", "line 4: finished_ms 4 is before started_ms 9"},
+		"finished < queued":  {"b,503,,,not_attempted,,0,,,9,,4,x\n", "line 4: finished_ms 4 is before queued_ms 9"},
+		"not a number":       {"b,200,P,0.9,success,m,1,x,,0,1,6,x\n", `line 4: latency_ms "x" is not a whole number`},
+		"empty finished":     {"b,503,,,not_attempted,,0,,,0,,,x\n", "line 4: finished_ms is empty"},
+		"ragged":             {"b,200\n", "line 4: wrong number of fields"},
+		"bare quote":         {"b\"c,200,P,0.9,success,m,1,5,,0,1,6,x\n", "line 4:"},
+	} {
+		err := ReadCSV(strings.NewReader(h+ok+c.row+ok), NewCollector(Options{}))
+		var le *LineError
+		if !errors.As(err, &le) || !strings.HasPrefix(err.Error(), c.want) {
+			t.Errorf("%s: error %v, want a LineError starting %q", name, err, c.want)
+		}
+	}
+	// The bounds themselves are fine, and a row never sent has no start.
 	c := NewCollector(Options{})
-	in := "request_id,outcome,latency_ms,queued_ms,started_ms,finished_ms\na,success,5,10,3,-4\nb,weird,,-5,,-1\n"
+	in := h + ok + "b,200,P,0.9,success,m,1,0,,0,31536000000,31536000000,x\nc,503,,,not_attempted,,0,,,7,,7,x\n"
 	if err := ReadCSV(strings.NewReader(in), c); err != nil {
 		t.Fatal(err)
 	}
-	var buf bytes.Buffer
-	if err := c.Report().SVG(&buf); err != nil {
-		t.Fatal(err)
-	}
-	if st := parseSVG(t, buf.Bytes()); st.rows != 2 {
-		t.Errorf("%d bars, want 2", st.rows)
+	if rep := c.Report(); rep.Rows != 3 || rep.EndMs != MaxMs {
+		t.Fatalf("rows %d end %d", rep.Rows, rep.EndMs)
 	}
 }
 
@@ -279,10 +306,19 @@ func FuzzReadCSV(f *testing.F) {
 	f.Add([]byte("request_id,outcome\n"))
 	f.Add([]byte("request_id,status,label,score,outcome,model,attempts,latency_ms,error,queued_ms,started_ms,finished_ms\na,200,P,0.9,success,m,1,-5,,9,1,-6\n"))
 	f.Add([]byte(""))
+	f.Add([]byte("request_id,status,label,score,outcome,model,attempts,latency_ms,error,queued_ms,started_ms,finished_ms\na,200,P,0.9,success,m,1,5,,0,1,9223372036854775807\n"))
+	f.Add([]byte("request_id,outcome,latency_ms,queued_ms,started_ms,finished_ms\n\"a\nb\",success,1,0,31535999999,31536000000\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		c := NewCollector(Options{})
 		if err := ReadCSV(bytes.NewReader(data), c); err != nil {
+			var le *LineError
+			if errors.As(err, &le) && le.Line < 1 {
+				t.Fatalf("error names line %d: %v", le.Line, err)
+			}
 			return
+		}
+		if rep := c.Report(); rep.EndMs < 0 || rep.EndMs > MaxMs {
+			t.Fatalf("an accepted file ends at %d ms", rep.EndMs)
 		}
 		var buf bytes.Buffer
 		for _, format := range []Format{FormatSVG, FormatHTML} {

@@ -52,7 +52,7 @@ type Row struct {
 // Status is the HTTP status for the row's outcome.
 func (r Row) Status() int { return r.Outcome.Status() }
 
-func (r Row) record(dst []string, includeText bool) []string {
+func (r Row) record(dst []string, includeText, raw bool) []string {
 	dst = dst[:0]
 	score, started, latency := "", "", ""
 	if r.Label != "" {
@@ -62,11 +62,17 @@ func (r Row) record(dst []string, includeText bool) []string {
 		started = strconv.FormatInt(r.StartedMs, 10)
 		latency = strconv.FormatInt(r.LatencyMs, 10)
 	}
-	dst = append(dst, r.RequestID, strconv.Itoa(r.Status()), r.Label, score, string(r.Outcome),
-		r.Model, strconv.Itoa(r.Attempts), latency, r.Error,
+	// Text, label and error come from outside the operator: guarded (see
+	// Guard). The id is the operator's own key: as it is.
+	guard := Guard
+	if raw {
+		guard = func(s string) string { return s }
+	}
+	dst = append(dst, r.RequestID, strconv.Itoa(r.Status()), guard(r.Label), score, string(r.Outcome),
+		r.Model, strconv.Itoa(r.Attempts), latency, guard(r.Error),
 		strconv.FormatInt(r.QueuedMs, 10), started, strconv.FormatInt(r.FinishedMs, 10))
 	if includeText {
-		dst = append(dst, r.Text)
+		dst = append(dst, guard(r.Text))
 	}
 	return dst
 }
@@ -78,13 +84,28 @@ type Writer struct {
 	mu          sync.Mutex
 	cw          *csv.Writer
 	includeText bool
+	raw         bool
 	rec         []string
 	frozen      bool
 }
 
-// NewWriter writes the header to w.
-func NewWriter(w io.Writer, includeText bool) (*Writer, error) {
+// Option tunes a Writer.
+type Option func(*Writer)
+
+// Raw turns the formula guard off when raw is set (classify --raw-csv):
+// text, label and error are written exactly as they are, for programs that
+// read the file. Readers (Stream, hfsent report) always undo the guard, so
+// a raw field that begins with ' followed by = + - @ tab CR or ' reads back
+// without that first '.
+func Raw(raw bool) Option { return func(w *Writer) { w.raw = raw } }
+
+// NewWriter writes the header to w. By default text, label and error are
+// written with the formula guard (see Guard).
+func NewWriter(w io.Writer, includeText bool, opts ...Option) (*Writer, error) {
 	rw := &Writer{cw: csv.NewWriter(w), includeText: includeText}
+	for _, o := range opts {
+		o(rw)
+	}
 	if err := rw.cw.Write(Columns(includeText)); err != nil {
 		return nil, err
 	}
@@ -100,7 +121,7 @@ func (w *Writer) Write(rows []Row) error {
 		return ErrFrozen
 	}
 	for _, r := range rows {
-		w.rec = r.record(w.rec, w.includeText)
+		w.rec = r.record(w.rec, w.includeText, w.raw)
 		if err := w.cw.Write(w.rec); err != nil {
 			return err
 		}

@@ -31,8 +31,10 @@ type record struct {
 }
 
 func (r record) row() Row {
-	row := Row{RequestID: r.RequestID, Label: r.Label, Outcome: outcome.Code(r.Outcome), Model: r.Model,
-		Attempts: r.Attempts, Error: r.Error, QueuedMs: r.QueuedMs, StartedMs: -1, FinishedMs: r.FinishedMs, Text: r.Text}
+	// The formula guard is undone, so a kept row is rewritten as it was
+	// and a label "-1" (written '-1) reads as -1.
+	row := Row{RequestID: r.RequestID, Label: Unguard(r.Label), Outcome: outcome.Code(r.Outcome), Model: r.Model,
+		Attempts: r.Attempts, Error: Unguard(r.Error), QueuedMs: r.QueuedMs, StartedMs: -1, FinishedMs: r.FinishedMs, Text: Unguard(r.Text)}
 	if r.Score != nil {
 		row.Score = *r.Score
 	}
