@@ -11,7 +11,6 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -279,43 +278,6 @@ func outputName(o *classifyOptions) string {
 		return "stdout"
 	}
 	return o.output
-}
-
-// createOutput creates --output (or uses stdout). The returned close syncs
-// the file so that a finished run's rows survive a power cut.
-func createOutput(o *classifyOptions, ios *IOStreams) (io.Writer, func() error, error) {
-	if o.output == "" || o.output == "-" {
-		return ios.Out, func() error { return nil }, nil
-	}
-	if o.input != "-" && sameFile(o.input, o.output) {
-		return nil, nil, usageErrorf("--output %s is the input file; choose another path", o.output)
-	}
-	f, err := os.OpenFile(o.output, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
-	if err != nil {
-		return nil, nil, usageErrorf("cannot create output %s: %v", o.output, unwrapPathError(err))
-	}
-	return f, func() error {
-		serr := f.Sync()
-		if cerr := f.Close(); cerr != nil {
-			return cerr
-		}
-		if serr != nil && !errors.Is(serr, os.ErrInvalid) && !errors.Is(serr, syscall.EINVAL) {
-			return serr
-		}
-		return nil
-	}, nil
-}
-
-func sameFile(a, b string) bool {
-	sa, err := os.Stat(a)
-	if err != nil {
-		return false
-	}
-	sb, err := os.Stat(b)
-	if err != nil {
-		return filepath.Clean(a) == filepath.Clean(b)
-	}
-	return os.SameFile(sa, sb)
 }
 
 func unwrapPathError(err error) error {

@@ -1,0 +1,163 @@
+package resume
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/hfsent/hfsent/internal/results"
+)
+
+// recover folds in what an earlier resume left behind when it was killed
+// before its temp file caught up with the old output: the temp file holds
+// the first P rows of the merged result (rows are written in input order),
+// the old output the rows from P on. Put together they are the most
+// finished state, so the rows that resume redid are not redone again.
+//
+// The temp file is used only when it is this run's: its identity file
+// names this run's input, model and columns, and its rows carry the ids of
+// the input's first rows, in order. Anything else (a temp file without its
+// identity, from another input or model, damaged) is removed with a
+// warning and the old output is resumed as it is.
+//
+// The merge goes to a third file renamed into place, so a crash here loses
+// nothing either, and running it twice gives the same file.
+func (o *Output) recover(opts Options) error {
+	tmpPath, idPath := o.path+TempSuffix, o.path+TempIdentitySuffix
+	tmp, err := o.fs.OpenFile(tmpPath, os.O_RDONLY, 0)
+	if errors.Is(err, fs.ErrNotExist) {
+		_ = removeIfThere(o.fs, idPath) // an identity whose temp file was never created
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("cannot read %s: %v", tmpPath, unwrap(err))
+	}
+	defer tmp.Close()
+	discard := func(why string) error {
+		o.log.Warn("--resume: ignoring " + tmpPath + ", left by an earlier resume: " + why)
+		tmp.Close()
+		_ = removeIfThere(o.fs, tmpPath)
+		_ = removeIfThere(o.fs, idPath)
+		return nil
+	}
+	id, err := readIdentity(idPath)
+	if err != nil {
+		return discard("nothing says which run wrote it")
+	}
+	if why := opts.Identity.mismatch(id); why != "" {
+		return discard(why)
+	}
+	newer, err := openStream(tmp, opts.IncludeText)
+	if err != nil {
+		return discard("it is not a results file of this run (" + err.Error() + ")")
+	}
+	defer newer.Close()
+	oldf, err := o.fs.OpenFile(o.path, os.O_RDONLY, 0)
+	if err != nil {
+		return fmt.Errorf("cannot read output %s: %v", o.path, unwrap(err))
+	}
+	defer oldf.Close()
+	older, err := openStream(oldf, opts.IncludeText)
+	if err != nil {
+		return fmt.Errorf("--resume: %s: %v; run without --resume to start over", o.path, err)
+	}
+	defer older.Close()
+	in, closeIn, err := openInput(opts.Identity)
+	if err != nil {
+		return err
+	}
+	defer closeIn()
+
+	mergedPath := o.path + recoverSuffix
+	f, err := o.fs.OpenFile(mergedPath, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return fmt.Errorf("cannot create %s: %v", mergedPath, unwrap(err))
+	}
+	closed := false
+	drop := func() {
+		if !closed {
+			f.Close()
+		}
+		_ = removeIfThere(o.fs, mergedPath)
+	}
+	fail := func(err error) error {
+		drop()
+		return fmt.Errorf("--resume: recovering %s: %v", tmpPath, unwrap(err))
+	}
+	w, err := results.NewWriter(f, opts.IncludeText, results.Raw(opts.RawCSV))
+	if err != nil {
+		return fail(err)
+	}
+	var batch []results.Row
+	flush := func() error {
+		err := w.Write(batch)
+		batch = batch[:0]
+		return err
+	}
+	var fromNewer int64
+	// A damaged tail of the newer file ends its part: the old file still
+	// holds those rows.
+	for row, err := newer.Next(); err == nil; row, err = newer.Next() {
+		want, err := in.Next()
+		if err != nil || strings.TrimSpace(want.ID) != row.RequestID {
+			drop()
+			newer.Close()
+			return discard(fmt.Sprintf("its row %d (request_id %q) is not the input's row %d", fromNewer+1, row.RequestID, fromNewer+1))
+		}
+		if batch = append(batch, row); len(batch) >= 1024 {
+			if err := flush(); err != nil {
+				return fail(err)
+			}
+		}
+		fromNewer++
+	}
+	var skipped int64
+	for {
+		row, err := older.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return fail(fmt.Errorf("reading %s: %w", o.path, err))
+		}
+		if skipped < fromNewer {
+			skipped++
+			continue
+		}
+		if batch = append(batch, row); len(batch) >= 1024 {
+			if err := flush(); err != nil {
+				return fail(err)
+			}
+		}
+	}
+	if err := flush(); err != nil {
+		return fail(err)
+	}
+	serr := syncFile(f)
+	cerr := f.Close()
+	closed = true
+	if serr != nil {
+		return fail(serr)
+	}
+	if cerr != nil {
+		return fail(cerr)
+	}
+	// Closed before the rename: Windows cannot rename over an open file,
+	// so the old output's readers go first too.
+	older.Close()
+	oldf.Close()
+	if err := o.fs.Rename(mergedPath, o.path); err != nil {
+		return fail(err)
+	}
+	syncDir(filepath.Dir(o.path))
+	newer.Close()
+	tmp.Close()
+	_ = removeIfThere(o.fs, tmpPath)
+	_ = removeIfThere(o.fs, idPath)
+	o.log.Info(fmt.Sprintf("--resume: an earlier resume of %s was cut short; its %d finished rows are kept", o.path, fromNewer))
+	return nil
+}
