@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -34,14 +35,20 @@ type sidecar struct {
 	Model       string `json:"model"`
 	IDColumn    string `json:"id_column"`
 	TextColumn  string `json:"text_column"`
+	// How the input was read; "" in a sidecar written before they were
+	// recorded, when it was always a comma and UTF-8.
+	Delimiter string `json:"delimiter,omitempty"`
+	Encoding  string `json:"encoding,omitempty"`
 }
 
-// identity describes this run's input and model. Only a regular file can be
-// fingerprinted (in the pass that checks it parses: in.digest); stdin or a
-// pipe gives an identity that no resume will accept.
-func identity(o *classifyOptions, in inputInfo) sidecar {
+// identity describes this run's input, how it is read, and the model. Only
+// a regular file can be fingerprinted (in the pass that checks it parses:
+// in.digest); stdin or a pipe gives an identity that no resume will accept.
+func identity(o *classifyOptions, in inputInfo, src *input.Reader) sidecar {
+	d, _ := src.Delimiter()
 	sc := sidecar{Version: 1, Input: in.name, Provider: o.prov.provider, Model: o.prov.model,
-		IDColumn: o.idColumn, TextColumn: o.textColumn,
+		IDColumn: o.in.idColumn, TextColumn: o.in.textColumn,
+		Delimiter: input.DelimiterName(d), Encoding: strings.TrimSuffix(src.Encoding(), " (BOM)"),
 		InputSize: in.size, InputSHA256: in.digest}
 	if o.prov.provider == "local" {
 		sc.Model = provider.LocalModel
@@ -63,6 +70,9 @@ func (cur sidecar) mismatch(prev sidecar) string {
 		return fmt.Sprintf("it was written by --provider %s --model %s, not --provider %s --model %s", prev.Provider, prev.Model, cur.Provider, cur.Model)
 	case prev.IDColumn != cur.IDColumn || prev.TextColumn != cur.TextColumn:
 		return fmt.Sprintf("it was written with --id-column %q --text-column %q", prev.IDColumn, prev.TextColumn)
+	case cmp.Or(prev.Delimiter, ",") != cmp.Or(cur.Delimiter, ",") || cmp.Or(prev.Encoding, "utf-8") != cmp.Or(cur.Encoding, "utf-8"):
+		return fmt.Sprintf("it was written reading the input with delimiter %s and encoding %s, this run reads it with %s and %s (see --delimiter, --encoding)",
+			cmp.Or(prev.Delimiter, ","), cmp.Or(prev.Encoding, "utf-8"), cmp.Or(cur.Delimiter, ","), cmp.Or(cur.Encoding, "utf-8"))
 	}
 	return ""
 }
@@ -117,7 +127,7 @@ func openOutput(o *classifyOptions, ios *IOStreams, log *slog.Logger, src *input
 	if o.input != "-" && sameFile(o.input, o.output) {
 		return nil, usageErrorf("--output %s is the input file; choose another path", o.output)
 	}
-	id := identity(o, in)
+	id := identity(o, in, src)
 	if o.resume {
 		st, err := os.Stat(o.output)
 		switch {
@@ -329,7 +339,7 @@ func checkResume(o *classifyOptions, old *os.File) (resumePlan, error) {
 		return plan, usageErrorf("cannot open input %s: %v", o.input, unwrapPathError(err))
 	}
 	defer f.Close()
-	in, err := input.NewReader(f, input.Options{Name: o.input, IDColumn: o.idColumn, TextColumn: o.textColumn})
+	in, err := input.NewReader(f, o.in.readerOptions(o.input))
 	if err != nil {
 		return plan, usageError(err)
 	}
@@ -346,15 +356,22 @@ func checkResume(o *classifyOptions, old *os.File) (resumePlan, error) {
 		if err != nil {
 			return plan, usageErrorf("--resume: %s has more rows than the input %s; run without --resume to start over", o.output, o.input)
 		}
-		if id := strings.TrimSpace(row.ID); prev.RequestID != id {
+		if !sameID(prev.RequestID, row.ID) {
 			return plan, usageErrorf("--resume: row %d of %s has request_id %q but the input's row %d has %q: the output belongs to another input",
-				plan.rows+1, o.output, prev.RequestID, plan.rows+1, id)
+				plan.rows+1, o.output, prev.RequestID, plan.rows+1, row.ID)
 		}
 		plan.rows++
 		if prev.Outcome.Final() {
 			plan.kept++
 		}
 	}
+}
+
+// sameID matches an id in the results with the input's: results carry the id
+// exactly as read, but files written before that carry it trimmed, and
+// surrounding spaces never make a different id.
+func sameID(result, in string) bool {
+	return strings.TrimSpace(result) == strings.TrimSpace(in)
 }
 
 func openStream(f *os.File, includeText bool) (*results.Stream, error) {
@@ -479,7 +496,7 @@ func (s *resumeSource) NextPrior() (input.Row, *results.Row, error) {
 		return row, nil, &input.Error{Name: s.r.out, Msg: "cannot read the earlier results: " + err.Error()}
 	}
 	s.r.consumed++
-	if prev.RequestID != strings.TrimSpace(row.ID) {
+	if !sameID(prev.RequestID, row.ID) {
 		return row, nil, &input.Error{Name: s.r.out, Msg: fmt.Sprintf("row %d does not match the input", s.r.consumed)}
 	}
 	if !prev.Outcome.Final() {

@@ -290,7 +290,7 @@ func (r *run) validate(row input.Row) string {
 	if row.Problem != "" {
 		return row.Problem
 	}
-	id := strings.TrimSpace(row.ID)
+	id := strings.TrimSpace(row.ID) // surrounding spaces make the same id
 	if id == "" {
 		return "missing request id"
 	}
@@ -409,7 +409,7 @@ func (r *run) keep(q queued, prior results.Row) {
 // finish completes a row and hands it to the writer.
 func (r *run) finish(q queued, res results.Row) {
 	res.Seq = q.row.Seq
-	res.RequestID = strings.TrimSpace(q.row.ID)
+	res.RequestID = q.row.ID // exactly as read: results join back to the input
 	res.QueuedMs = r.ms(q.at)
 	res.FinishedMs = r.ms(time.Now())
 	if r.cfg.IncludeText {
