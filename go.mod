@@ -3,6 +3,7 @@ module github.com/hfsent/hfsent
 go 1.26.8
 
 require (
+	github.com/agnivade/levenshtein v1.2.1
 	github.com/failsafe-go/failsafe-go v0.9.8
 	github.com/gocarina/gocsv v0.0.0-20240520201108-78e41c74b4b1
 	github.com/jonreiter/govader v0.0.0-20250429093935-f6505c8d03cc
@@ -12,6 +13,7 @@ require (
 	golang.org/x/sync v0.25.0
 	golang.org/x/sys v0.50.0
 	golang.org/x/term v0.48.0
+	golang.org/x/text v0.44.0
 	golang.org/x/time v0.16.0
 )
 

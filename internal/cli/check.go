@@ -34,7 +34,9 @@ func newCheckCmd(ios *IOStreams) *cobra.Command {
 batch would meet: whether a token was found and where from (never its value),
 the endpoint, the HTTP status, the latency, the shape of the answer (nested
 [[{label,score}]] as the Hugging Face API sends, or flat [{label,score}]) and
-the label. A loading model is waited for (X-Wait-For-Model), up to --timeout.
+the label. A loading model (503 with an estimated_time) is a normal state:
+check waits as long as the API says, asks again, and so on up to --timeout,
+then reports "model loading, ready after N s".
 
 Exit 0 only when the sample got a label, that is when a batch would work;
 1 when it would not (no token, token rejected, endpoint unreachable, an answer
@@ -130,7 +132,7 @@ func runCheck(ctx context.Context, o *checkOptions, ios *IOStreams) error {
 	}
 
 	start := time.Now()
-	ans, err := hf.Classify(provider.WithWaitForModel(ctx), []string{o.text})
+	ans, load, err := sampleWaiting(ctx, hf, o, ios.ErrOut)
 	latency := time.Since(start).Round(time.Millisecond)
 	status, body := capture.last()
 	if status > 0 {
@@ -139,6 +141,19 @@ func runCheck(ctx context.Context, o *checkOptions, ios *IOStreams) error {
 		res.add("status", "no HTTP answer")
 	}
 	res.add("latency", latency.String())
+	if pe, ok := provider.AsError(err); ok && pe.Loading {
+		res.add("loading", fmt.Sprintf("model still loading after %.1f s", load.waited.Seconds()))
+		msg := fmt.Sprintf("the model is still loading at the end of --timeout %s", o.timeout)
+		if pe.RetryAfter > 0 {
+			msg += fmt.Sprintf(" (the API expects it ready in about %.0f s)", pe.RetryAfter.Seconds())
+		}
+		res.add("outcome", string(pe.Outcome))
+		res.add("result", "FAIL: "+msg+": raise --timeout, or run check again shortly; a batch would wait for it")
+		return silentExit(ExitCheckFailed)
+	}
+	if load.seen {
+		res.add("loading", fmt.Sprintf("model loading, ready after %.1f s", load.waited.Seconds()))
+	}
 	if status == http.StatusOK {
 		shape := provider.AnswerShape(body)
 		switch shape {
@@ -163,11 +178,64 @@ func runCheck(ctx context.Context, o *checkOptions, ios *IOStreams) error {
 	return nil
 }
 
+// loadWait is what check saw of a loading model.
+type loadWait struct {
+	seen   bool          // the model answered that it was loading
+	waited time.Duration // from that first answer to the last
+}
+
+// sampleWaiting sends the sample. A loading model (503 with estimated_time)
+// is a normal, waitable state, so as classify's retries do it waits as long
+// as the API says and asks again (with X-Wait-For-Model), until --timeout
+// from the start is spent; the last answer is returned.
+func sampleWaiting(ctx context.Context, hf *provider.HF, o *checkOptions, errOut io.Writer) (provider.Answer, loadWait, error) {
+	deadline := time.Now().Add(o.timeout)
+	// --timeout bounds the whole check, waits and later attempts included.
+	ctx, cancel := context.WithDeadline(provider.WithWaitForModel(ctx), deadline)
+	defer cancel()
+	var load loadWait
+	var first time.Time
+	for {
+		ans, err := hf.Classify(ctx, []string{o.text})
+		pe, ok := provider.AsError(err)
+		if !ok || !pe.Loading {
+			if load.seen {
+				load.waited = time.Since(first)
+			}
+			return ans, load, err
+		}
+		if !load.seen {
+			load.seen, first = true, time.Now()
+		}
+		wait := pe.RetryAfter
+		if wait <= 0 {
+			wait = time.Second
+		}
+		if left := time.Until(deadline); wait > left {
+			load.waited = time.Since(first)
+			return ans, load, err
+		}
+		fmt.Fprintf(errOut, "hfsent: model loading, ready in about %.1f s; waiting (up to --timeout %s)\n", wait.Seconds(), o.timeout)
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			load.waited = time.Since(first)
+			return ans, load, ctx.Err()
+		}
+		load.waited = time.Since(first)
+	}
+}
+
 // describeFailure turns a failed sample into its outcome code and advice.
 func describeFailure(err error) (outcome.Code, string) {
 	pe, ok := provider.AsError(err)
 	if !ok {
-		if errors.Is(err, context.Canceled) {
+		switch {
+		case errors.Is(err, context.DeadlineExceeded):
+			return outcome.UpstreamTimeout, "no answer within --timeout: raise --timeout if the model is large or loading"
+		case errors.Is(err, context.Canceled):
 			return outcome.NotAttempted, "interrupted"
 		}
 		return outcome.UpstreamFailed, "call failed"

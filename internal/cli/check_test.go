@@ -131,3 +131,59 @@ func TestCheckBadFlags(t *testing.T) {
 		}
 	}
 }
+
+// A model that is loading answers 503 with an estimated_time even to
+// X-Wait-For-Model (a dedicated endpoint scaling from zero does): check waits
+// as long as it says and asks again, up to --timeout.
+func TestCheckWaitsForLoadingModel(t *testing.T) {
+	loading := func(upTo int64, est string) *fakehf.Fake {
+		return &fakehf.Fake{Script: func(n int64, _ []string, _ *http.Request) fakehf.Reply {
+			if n <= upTo {
+				return fakehf.Reply{Status: 503, Body: `{"error":"Model distilbert/x is currently loading","estimated_time":` + est + `}`}
+			}
+			return fakehf.Reply{}
+		}}
+	}
+	for _, tc := range []struct {
+		name      string
+		fake      *fakehf.Fake
+		timeout   string
+		want      int
+		calls     int64 // -n: at least n
+		expect    []string
+		stderrHas string
+	}{
+		{"ready after two waits", loading(2, "0.2"), "10s", ExitOK, 3,
+			[]string{"status:   200 OK", "loading:  model loading, ready after ", "label:    POSITIVE", "result:   ok"},
+			"model loading, ready in about 0.2 s"},
+		// 0.3 s waits in 1 s: 4 calls, fewer on a slow machine.
+		{"still loading when --timeout is spent", loading(1000, "0.3"), "1s", ExitCheckFailed, -2,
+			[]string{"status:   503 Service Unavailable", "loading:  model still loading after", "result:   FAIL: the model is still loading at the end of --timeout 1s", "raise --timeout"},
+			"waiting (up to --timeout 1s)"},
+		{"an estimate beyond --timeout is not waited for", loading(1000, "120"), "2s", ExitCheckFailed, 1,
+			[]string{"loading:  model still loading after ", "ready in about 120 s", "raise --timeout"}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := fakehf.Start(tc.fake)
+			defer srv.Close()
+			code, out, stderr := ciRun(t, nil, "check", "--endpoint", srv.URL+"/models/{model}", "--timeout", tc.timeout)
+			if code != tc.want {
+				t.Errorf("exit %d, want %d\n%s%s", code, tc.want, out, stderr)
+			}
+			for _, want := range tc.expect {
+				if !strings.Contains(out, want) {
+					t.Errorf("output lacks %q:\n%s", want, out)
+				}
+			}
+			if !strings.Contains(stderr, tc.stderrHas) {
+				t.Errorf("stderr lacks %q:\n%s", tc.stderrHas, stderr)
+			}
+			if strings.Contains(out, "down or unreachable") {
+				t.Errorf("a loading model reported as down:\n%s", out)
+			}
+			if got := tc.fake.Calls(); got != tc.calls && (tc.calls > 0 || got < -tc.calls) {
+				t.Errorf("%d calls, want %d (negative: at least)", got, tc.calls)
+			}
+		})
+	}
+}

@@ -11,7 +11,6 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 	"time"
 
@@ -25,8 +24,7 @@ import (
 type classifyOptions struct {
 	input       string
 	output      string
-	idColumn    string
-	textColumn  string
+	in          inputOptions
 	prov        providerOptions
 	maxChars    int
 	batchSize   int
@@ -56,6 +54,12 @@ row's text to the model, and writes one result row per input row, in input
 order, to --output (stdout by default). Results are written as rows finish, so
 an interrupted run keeps everything it finished.
 
+INPUT may be separated by commas, semicolons, tabs or pipes (sniffed from the
+header; --delimiter sets it), in UTF-8, in UTF-16 with a byte-order mark, or
+in the encoding --encoding names; LF, CRLF and CR-only line ends are read.
+Bytes not valid in the encoding refuse the file, naming the line. Texts and
+ids are written back exactly as read (a CRLF inside a quoted text stays CRLF).
+
 Columns written: request_id, status, label, score, outcome, model, attempts,
 latency_ms, error, queued_ms, started_ms, finished_ms (and text with
 --include-text). Outcome codes and exit codes are listed in the README.
@@ -72,7 +76,10 @@ The token comes from HF_TOKEN, else the Hugging Face token file
   HF_TOKEN=hf_... hfsent classify feedback.csv -o results.csv -c 8
 
   # a pipe, columns named differently
-  cat reviews.csv | hfsent classify - --id-column id --text-column body > results.csv`,
+  cat reviews.csv | hfsent classify - --id-column id --text-column body > results.csv
+
+  # a Windows-1252 export from an old CRM (the ; delimiter is sniffed)
+  hfsent classify export.csv --encoding windows-1252 -o results.csv`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.input = args[0]
@@ -87,8 +94,7 @@ The token comes from HF_TOKEN, else the Hugging Face token file
 	}
 	fs := cmd.Flags()
 	fs.StringVarP(&o.output, "output", "o", "", "results CSV (default: stdout)")
-	fs.StringVar(&o.idColumn, "id-column", "request_id", "column holding the row id")
-	fs.StringVar(&o.textColumn, "text-column", "text", "column holding the text")
+	addInputFlags(fs, &o.in)
 	addProviderFlags(fs, &o.prov)
 	fs.IntVar(&o.maxChars, "max-chars", 5000, "longer texts are invalid_input ("+rangeHelp(1, maxCharsLimit)+")")
 	fs.IntVar(&o.batchSize, "batch-size", 1, "texts per provider call ("+rangeHelp(1, maxBatchSize)+")")
@@ -113,8 +119,8 @@ func (o *classifyOptions) validate() error {
 	if err := o.validBounds(); err != nil {
 		return err
 	}
-	if strings.TrimSpace(o.idColumn) == "" || strings.TrimSpace(o.textColumn) == "" {
-		return usageErrorf("--id-column and --text-column must not be empty")
+	if err := o.in.validate(); err != nil {
+		return err
 	}
 	if o.resume && (o.output == "" || o.output == "-") {
 		return usageErrorf("--resume needs --output FILE: it reads the rows already there")
@@ -142,10 +148,11 @@ func runClassify(ctx context.Context, o *classifyOptions, ios *IOStreams, log *s
 		return err
 	}
 	defer closeIn()
-	src, err := input.NewReader(in, input.Options{Name: info.name, IDColumn: o.idColumn, TextColumn: o.textColumn})
+	src, err := input.NewReader(in, o.in.readerOptions(info.name))
 	if err != nil {
 		return usageError(err)
 	}
+	logInput(log, info.name, src)
 	counters := &resilience.Counters{}
 	cls, err := o.prov.build(ios, log, counters)
 	if err != nil {
@@ -247,9 +254,8 @@ func openInput(o *classifyOptions, ios *IOStreams) (io.Reader, inputInfo, func()
 		}
 		return f, info, func() { f.Close() }, nil
 	}
-	opts := input.Options{Name: o.input, IDColumn: o.idColumn, TextColumn: o.textColumn}
 	h := &digest{h: sha256.New()}
-	total, err := input.Count(io.TeeReader(f, h), opts)
+	total, err := input.Count(io.TeeReader(f, h), o.in.readerOptions(o.input))
 	if err != nil {
 		f.Close()
 		return nil, info, nil, usageError(err)

@@ -16,6 +16,10 @@ func registerCompletions(root *cobra.Command) {
 		if c.Flags().Lookup("fail-on") != nil {
 			_ = c.RegisterFlagCompletionFunc("fail-on", fixed("any", "none", "1%", "5%"))
 		}
+		if c.Flags().Lookup("delimiter") != nil {
+			_ = c.RegisterFlagCompletionFunc("delimiter", fixed(",", ";", "tab", "|"))
+			_ = c.RegisterFlagCompletionFunc("encoding", fixed("utf-8", "utf-16", "utf-16le", "utf-16be", "windows-1252", "latin1", "iso-8859-15"))
+		}
 		if c.Flags().Lookup("provider") != nil {
 			_ = c.RegisterFlagCompletionFunc("provider", fixed("hf", "local"))
 		}

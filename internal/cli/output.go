@@ -2,6 +2,7 @@ package cli
 
 import (
 	"log/slog"
+	"strings"
 
 	"github.com/hfsent/hfsent/internal/engine"
 	"github.com/hfsent/hfsent/internal/input"
@@ -41,7 +42,8 @@ func openOutput(o *classifyOptions, ios *IOStreams, log *slog.Logger, src *input
 	}
 	out, err := resume.Open(resume.Options{
 		Path:        o.output,
-		Identity:    identity(o, in),
+		Identity:    identity(o, in, src),
+		Read:        o.in.readerOptions(o.input),
 		IncludeText: o.includeText,
 		RawCSV:      o.rawCSV,
 		Resume:      o.resume,
@@ -53,12 +55,14 @@ func openOutput(o *classifyOptions, ios *IOStreams, log *slog.Logger, src *input
 	return &output{src: out.Source(src), sink: out, w: out, close: out.Close}, nil
 }
 
-// identity describes this run's input and model. Only a regular file can be
-// fingerprinted (in the pass that checks it parses: in.digest); stdin or a
-// pipe gives an identity that no resume will accept.
-func identity(o *classifyOptions, in inputInfo) resume.Identity {
+// identity describes this run's input, how it is read, and the model. Only
+// a regular file can be fingerprinted (in the pass that checks it parses:
+// in.digest); stdin or a pipe gives an identity that no resume will accept.
+func identity(o *classifyOptions, in inputInfo, src *input.Reader) resume.Identity {
+	d, _ := src.Delimiter()
 	id := resume.Identity{Input: in.name, Provider: o.prov.provider, Model: o.prov.model,
-		IDColumn: o.idColumn, TextColumn: o.textColumn,
+		IDColumn: o.in.idColumn, TextColumn: o.in.textColumn,
+		Delimiter: input.DelimiterName(d), Encoding: strings.TrimSuffix(src.Encoding(), " (BOM)"),
 		InputSize: in.size, InputSHA256: in.digest}
 	if o.prov.provider == "local" {
 		id.Model = provider.LocalModel

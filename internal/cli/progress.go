@@ -25,6 +25,9 @@ func (p *progress) showLimit(limit func() int) {
 	}
 }
 
+// newProgress draws a bar when the total is known (a regular file, counted
+// before the run), else (stdin, a pipe) a spinner with the rows done and the
+// rate.
 func newProgress(ios *IOStreams, o *classifyOptions, total int64) *progress {
 	show := ios.ErrTTY
 	if o.progressSet {
@@ -33,20 +36,31 @@ func newProgress(ios *IOStreams, o *classifyOptions, total int64) *progress {
 	if !show {
 		return nil
 	}
-	bar := progressbar.NewOptions64(total,
+	opts := []progressbar.Option{
 		progressbar.OptionSetWriter(ios.ErrOut),
 		progressbar.OptionSetDescription("classify"),
 		progressbar.OptionShowCount(),
 		progressbar.OptionShowIts(),
 		progressbar.OptionSetItsString("rows"),
-		progressbar.OptionSetPredictTime(true),
-		progressbar.OptionThrottle(100*time.Millisecond),
+		progressbar.OptionThrottle(100 * time.Millisecond),
 		progressbar.OptionSetWidth(24),
 		progressbar.OptionClearOnFinish(),
 		// No colour codes ever, so NO_COLOR and plain terminals hold.
 		progressbar.OptionEnableColorCodes(false),
-	)
-	return &progress{bar: bar}
+	}
+	if total < 0 {
+		total = -1 // the spinner
+		opts = append(opts,
+			progressbar.OptionSetPredictTime(false),
+			progressbar.OptionSetElapsedTime(true),
+			// The spinner turns on its own goroutine, which may only start
+			// drawing after the first render: render the blank state now.
+			progressbar.OptionSetRenderBlankState(true),
+		)
+	} else {
+		opts = append(opts, progressbar.OptionSetPredictTime(true))
+	}
+	return &progress{bar: progressbar.NewOptions64(total, opts...)}
 }
 
 func (p *progress) update(s engine.Progress) {
@@ -55,6 +69,11 @@ func (p *progress) update(s engine.Progress) {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	// The count first: Describe draws at once, and a description drawn
+	// before the count moved showed more rows ok than done (ok=48 next to
+	// 40/340). Drawn this way, the description is never newer than the
+	// count beside it.
+	_ = p.bar.Set64(s.Written)
 	// The description is rebuilt at most ten times a second: it is cheap,
 	// but a million rows would otherwise format a million strings.
 	if now := time.Now(); now.Sub(p.last) >= 100*time.Millisecond {
@@ -65,7 +84,6 @@ func (p *progress) update(s engine.Progress) {
 		}
 		p.bar.Describe(desc)
 	}
-	_ = p.bar.Set64(s.Written)
 }
 
 func (p *progress) finish() {

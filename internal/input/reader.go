@@ -1,6 +1,11 @@
-// Package input streams the rows of an input CSV: RFC 4180 quoting, embedded
-// newlines, CRLF, a UTF-8 BOM, columns chosen by name, and the line where
-// every record starts, so that errors can name it.
+// Package input streams the rows of an input CSV as people have them: RFC
+// 4180 quoting and embedded newlines, a delimiter sniffed from the header
+// (comma, semicolon, tab, pipe) or given, UTF-8 with or without a BOM,
+// UTF-16 with a BOM or any encoding golang.org/x/text knows by name, LF,
+// CRLF or CR-only line ends, columns chosen by name, and the line where
+// every record starts, so that errors can name it. Text is never altered:
+// bytes that are not valid in the encoding refuse the file, a CRLF inside a
+// quoted field stays CRLF, and ids keep their spaces.
 //
 // It uses encoding/csv rather than gocsv because the columns are chosen at
 // run time by flag, each record's line number is needed, and a record with
@@ -15,10 +20,11 @@ import (
 	"fmt"
 	"io"
 	"strings"
-	"unicode/utf8"
+
+	"golang.org/x/text/transform"
 )
 
-// Row is one data record.
+// Row is one data record. ID and Text are exactly as read (spaces kept).
 type Row struct {
 	Seq  int64 // position among data rows, from 0
 	Line int   // line where the record starts
@@ -29,11 +35,31 @@ type Row struct {
 	Problem string
 }
 
-// Options chooses the columns.
+// Options say how to read the input. Every command that reads an input CSV
+// takes the same ones (see Check).
 type Options struct {
 	Name       string // shown in errors: a path, or "stdin"
 	IDColumn   string
 	TextColumn string
+	// Delimiter separates fields; 0 sniffs it from the header line among
+	// comma, semicolon, tab and pipe.
+	Delimiter rune
+	// Encoding names the character encoding (see LookupEncoding); "" is
+	// UTF-8. A byte-order mark (UTF-8, UTF-16 LE or BE) wins over it.
+	Encoding string
+}
+
+// Check reports a delimiter or an encoding that cannot be used, naming the
+// flag (--delimiter, --encoding), so a command can refuse it before
+// anything is opened.
+func (o Options) Check() error {
+	if o.Delimiter != 0 {
+		if err := checkDelimiter(o.Delimiter); err != nil {
+			return err
+		}
+	}
+	_, err := LookupEncoding(o.Encoding)
+	return err
 }
 
 // Error is a problem with the input file itself; it names the file and, when
@@ -53,31 +79,50 @@ func (e *Error) Error() string {
 
 // Reader yields rows one at a time; it holds one record in memory.
 type Reader struct {
-	opts    Options
-	cr      *csv.Reader
-	idIdx   int
-	textIdx int
-	nfields int
-	seq     int64
-	peeked  *Row
-	err     error
+	opts     Options
+	cr       *csv.Reader
+	delim    rune
+	sniffed  bool
+	encoding string
+	idIdx    int
+	textIdx  int
+	nfields  int
+	seq      int64
+	peeked   *Row
+	err      error
 }
 
-const bom = "\uFEFF"
-
-// NewReader reads the header and the first record, so that an empty file or
-// a missing column is reported before anything is sent.
+// NewReader reads the header and the first record, so that an empty file, a
+// missing or doubled column, or a wrong delimiter is reported before
+// anything is sent.
 func NewReader(r io.Reader, opts Options) (*Reader, error) {
 	if opts.Name == "" {
 		opts.Name = "input"
 	}
-	br := bufio.NewReaderSize(r, 64<<10)
-	if b, err := br.Peek(len(bom)); err == nil && string(b) == bom {
-		_, _ = br.Discard(len(bom))
+	if err := opts.Check(); err != nil {
+		return nil, err
+	}
+	enc, _ := LookupEncoding(opts.Encoding)
+	src, dec, used, err := openEncoded(r, enc)
+	if err != nil {
+		return nil, &Error{Name: opts.Name, Msg: "cannot read: " + err.Error()}
+	}
+	p := &prep{name: opts.Name, encName: strings.TrimSuffix(used, " (BOM)"), decoded: dec != nil}
+	var t transform.Transformer = p
+	if dec != nil {
+		t = transform.Chain(dec, p)
+	}
+	br := bufio.NewReaderSize(transform.NewReader(src, t), 64<<10)
+
+	rd := &Reader{opts: opts, delim: opts.Delimiter, encoding: used, idIdx: -1, textIdx: -1}
+	if rd.delim == 0 {
+		rd.delim, rd.sniffed = sniffDelimiter(peekHeader(br), opts.IDColumn, opts.TextColumn), true
 	}
 	cr := csv.NewReader(br)
+	cr.Comma = rd.delim
 	cr.FieldsPerRecord = -1 // a short or long record is one bad row, not the end
 	cr.ReuseRecord = true
+	rd.cr = cr
 	header, err := cr.Read()
 	if errors.Is(err, io.EOF) {
 		return nil, &Error{Name: opts.Name, Msg: "is empty (expected a header line with columns " + quote(opts.IDColumn) + " and " + quote(opts.TextColumn) + ")"}
@@ -85,26 +130,9 @@ func NewReader(r io.Reader, opts Options) (*Reader, error) {
 	if err != nil {
 		return nil, parseError(opts.Name, err)
 	}
-	rd := &Reader{opts: opts, cr: cr, idIdx: -1, textIdx: -1, nfields: len(header)}
-	for i, h := range header {
-		h = strings.TrimSpace(h)
-		if h == opts.IDColumn && rd.idIdx < 0 {
-			rd.idIdx = i
-		}
-		if h == opts.TextColumn && rd.textIdx < 0 {
-			rd.textIdx = i
-		}
-	}
-	var missing []string
-	if rd.idIdx < 0 {
-		missing = append(missing, "id column "+quote(opts.IDColumn)+" (--id-column)")
-	}
-	if rd.textIdx < 0 {
-		missing = append(missing, "text column "+quote(opts.TextColumn)+" (--text-column)")
-	}
-	if len(missing) > 0 {
-		return nil, &Error{Name: opts.Name, Line: 1, Msg: "header has no " + strings.Join(missing, " and no ") +
-			"; columns found: " + describeHeader(header)}
+	rd.nfields = len(header)
+	if err := rd.columns(header); err != nil {
+		return nil, err
 	}
 	first, err := rd.read()
 	if errors.Is(err, io.EOF) {
@@ -117,8 +145,15 @@ func NewReader(r io.Reader, opts Options) (*Reader, error) {
 	return rd, nil
 }
 
+// Delimiter is the field delimiter in use, and whether it was sniffed.
+func (r *Reader) Delimiter() (d rune, sniffed bool) { return r.delim, r.sniffed }
+
+// Encoding is the encoding read: "utf-8", "utf-16le (BOM)", "windows-1252"...
+func (r *Reader) Encoding() string { return r.encoding }
+
 // Next returns the next row, io.EOF at the end, or an *Error for a record
-// that cannot be parsed (reading stops there).
+// that cannot be parsed or holds bytes not valid in the encoding (reading
+// stops there).
 func (r *Reader) Next() (Row, error) {
 	if r.peeked != nil {
 		row := *r.peeked
@@ -146,28 +181,42 @@ func (r *Reader) read() (Row, error) {
 	line, _ := r.cr.FieldPos(0)
 	row := Row{Seq: r.seq, Line: line}
 	r.seq++
+	var id, text string
 	if r.idIdx < len(rec) {
-		row.ID = clean(rec[r.idIdx])
+		id = rec[r.idIdx]
 	}
 	if r.textIdx < len(rec) {
-		row.Text = clean(rec[r.textIdx])
+		text = rec[r.textIdx]
 	}
+	row.ID, row.Text = detach(rec, id, text)
 	if len(rec) > r.nfields {
 		row.Problem = fmt.Sprintf("line %d has %d fields, the header has %d", line, len(rec), r.nfields)
 	}
 	return row, nil
 }
 
-// clean copies a field out of the reused record buffer and replaces invalid
-// UTF-8 with U+FFFD.
-func clean(s string) string {
-	if !utf8.ValidString(s) {
-		return strings.ToValidUTF8(s, "\uFFFD")
+// detach returns id and text so that they do not keep the rest of the record
+// alive. encoding/csv makes one string per record and slices the fields out
+// of it; when the id and text are most of it (the usual two-column file)
+// they keep pointing into it, which costs nothing; otherwise they are copied
+// out together, in one allocation.
+func detach(rec []string, id, text string) (string, string) {
+	total := 0
+	for _, f := range rec {
+		total += len(f)
 	}
-	return strings.Clone(s)
+	if 2*(len(id)+len(text)) >= total {
+		return id, text
+	}
+	both := strings.Clone(id + text)
+	return both[:len(id)], both[len(id):]
 }
 
 func parseError(name string, err error) error {
+	var ie *Error
+	if errors.As(err, &ie) {
+		return ie // from prep: it names the file and line already
+	}
 	var pe *csv.ParseError
 	if errors.As(err, &pe) {
 		// StartLine is where the bad record begins: an unclosed quote is

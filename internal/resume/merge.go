@@ -7,7 +7,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"strings"
 
 	"github.com/hfsent/hfsent/internal/results"
 )
@@ -66,7 +65,7 @@ func (o *Output) recover(opts Options) error {
 		return fmt.Errorf("--resume: %s: %v; run without --resume to start over", o.path, err)
 	}
 	defer older.Close()
-	in, closeIn, err := openInput(opts.Identity)
+	in, closeIn, err := openInput(opts.Identity, opts.Read)
 	if err != nil {
 		return err
 	}
@@ -103,7 +102,7 @@ func (o *Output) recover(opts Options) error {
 	// holds those rows.
 	for row, err := newer.Next(); err == nil; row, err = newer.Next() {
 		want, err := in.Next()
-		if err != nil || strings.TrimSpace(want.ID) != row.RequestID {
+		if err != nil || !sameID(row.RequestID, want.ID) {
 			drop()
 			newer.Close()
 			return discard(fmt.Sprintf("its row %d (request_id %q) is not the input's row %d", fromNewer+1, row.RequestID, fromNewer+1))

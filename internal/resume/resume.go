@@ -29,7 +29,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"strings"
 
 	"github.com/hfsent/hfsent/internal/input"
 	"github.com/hfsent/hfsent/internal/results"
@@ -67,7 +66,10 @@ type Options struct {
 	Path string // the results file (-o); stdout is not this package's
 	// Identity is this run's. A resume reads Identity.Input again to check
 	// the old rows against it.
-	Identity    Identity
+	Identity Identity
+	// Read says how the input is read (columns, delimiter, encoding): a
+	// resume reads it again to check the old rows against it.
+	Read        input.Options
 	IncludeText bool
 	// RawCSV writes outside text without the spreadsheet-formula guard.
 	RawCSV bool
@@ -286,7 +288,7 @@ func (o *Output) check(opts Options) (plan, error) {
 		return p, fmt.Errorf("--resume: %s: %v; run without --resume to start over", o.path, err)
 	}
 	defer stream.Close()
-	in, closeIn, err := openInput(opts.Identity)
+	in, closeIn, err := openInput(opts.Identity, opts.Read)
 	if err != nil {
 		return p, err
 	}
@@ -304,9 +306,9 @@ func (o *Output) check(opts Options) (plan, error) {
 		if err != nil {
 			return p, fmt.Errorf("--resume: %s has more rows than the input %s; run without --resume to start over", o.path, opts.Identity.Input)
 		}
-		if id := strings.TrimSpace(row.ID); prev.RequestID != id {
+		if !sameID(prev.RequestID, row.ID) {
 			return p, fmt.Errorf("--resume: row %d of %s has request_id %q but the input's row %d has %q: the output belongs to another input",
-				p.rows+1, o.path, prev.RequestID, p.rows+1, id)
+				p.rows+1, o.path, prev.RequestID, p.rows+1, row.ID)
 		}
 		p.rows++
 		if prev.Outcome.Final() {
@@ -315,12 +317,16 @@ func (o *Output) check(opts Options) (plan, error) {
 	}
 }
 
-func openInput(id Identity) (*input.Reader, func(), error) {
+func openInput(id Identity, how input.Options) (*input.Reader, func(), error) {
 	f, err := os.Open(id.Input)
 	if err != nil {
 		return nil, nil, fmt.Errorf("cannot open input %s: %v", id.Input, unwrap(err))
 	}
-	in, err := input.NewReader(f, input.Options{Name: id.Input, IDColumn: id.IDColumn, TextColumn: id.TextColumn})
+	how.Name = id.Input
+	if how.IDColumn == "" {
+		how.IDColumn, how.TextColumn = id.IDColumn, id.TextColumn
+	}
+	in, err := input.NewReader(f, how)
 	if err != nil {
 		f.Close()
 		return nil, nil, err
@@ -367,7 +373,7 @@ func (s *resumeSource) NextPrior() (input.Row, *results.Row, error) {
 		return row, nil, &input.Error{Name: o.path, Msg: "cannot read the earlier results: " + err.Error()}
 	}
 	o.consumed++
-	if prev.RequestID != strings.TrimSpace(row.ID) {
+	if !sameID(prev.RequestID, row.ID) {
 		return row, nil, &input.Error{Name: o.path, Msg: fmt.Sprintf("row %d does not match the input", o.consumed)}
 	}
 	if !prev.Outcome.Final() {

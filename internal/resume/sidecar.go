@@ -1,9 +1,11 @@
 package resume
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"os"
+	"strings"
 )
 
 // Identity is what --resume needs to know about the run that wrote an
@@ -21,6 +23,10 @@ type Identity struct {
 	Model       string `json:"model"`
 	IDColumn    string `json:"id_column"`
 	TextColumn  string `json:"text_column"`
+	// How the input was read; "" in a sidecar written before they were
+	// recorded, when it was always a comma and UTF-8.
+	Delimiter string `json:"delimiter,omitempty"`
+	Encoding  string `json:"encoding,omitempty"`
 }
 
 const identityVersion = 1
@@ -39,6 +45,9 @@ func (cur Identity) mismatch(prev Identity) string {
 		return fmt.Sprintf("it was written by --provider %s --model %s, not --provider %s --model %s", prev.Provider, prev.Model, cur.Provider, cur.Model)
 	case prev.IDColumn != cur.IDColumn || prev.TextColumn != cur.TextColumn:
 		return fmt.Sprintf("it was written with --id-column %q --text-column %q", prev.IDColumn, prev.TextColumn)
+	case cmp.Or(prev.Delimiter, ",") != cmp.Or(cur.Delimiter, ",") || cmp.Or(prev.Encoding, "utf-8") != cmp.Or(cur.Encoding, "utf-8"):
+		return fmt.Sprintf("it was written reading the input with delimiter %s and encoding %s, this run reads it with %s and %s (see --delimiter, --encoding)",
+			cmp.Or(prev.Delimiter, ","), cmp.Or(prev.Encoding, "utf-8"), cmp.Or(cur.Delimiter, ","), cmp.Or(cur.Encoding, "utf-8"))
 	}
 	return ""
 }
@@ -75,4 +84,11 @@ func readIdentity(path string) (Identity, error) {
 		return id, err
 	}
 	return id, json.Unmarshal(b, &id)
+}
+
+// sameID matches an id in the results with the input's: results carry the
+// id exactly as read, but files written before that carry it trimmed, and
+// surrounding spaces never make a different id.
+func sameID(result, in string) bool {
+	return strings.TrimSpace(result) == strings.TrimSpace(in)
 }
