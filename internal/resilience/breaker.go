@@ -37,6 +37,9 @@ type breaker struct {
 	// fresh counts rows waiting for the breaker that have not failed: while
 	// there are some, rows that have failed leave the probes to them.
 	fresh atomic.Int32
+	// extUntil (unix nanos) refuses calls as if open: another process
+	// sharing the provider saw it fail (OpenUntil).
+	extUntil atomic.Int64
 
 	mu      sync.Mutex
 	changed chan struct{}  // closed and replaced on every state change
@@ -59,10 +62,32 @@ func newBreaker(inner provider.Classifier, cfg Config, slots *Slots) *breaker {
 
 func (b *breaker) Model() string { return b.inner.Model() }
 
-func (b *breaker) closed() bool { return b.cb.IsClosed() }
+func (b *breaker) closed() bool { return b.cb.IsClosed() && b.external() == 0 }
+
+// external is how long calls are still refused on another process's word.
+func (b *breaker) external() time.Duration {
+	until := b.extUntil.Load()
+	if until == 0 {
+		return 0
+	}
+	return max(0, time.Duration(until-time.Now().UnixNano()))
+}
+
+func (b *breaker) openUntil(t time.Time) {
+	next := t.UnixNano()
+	for {
+		cur := b.extUntil.Load()
+		if cur >= next || b.extUntil.CompareAndSwap(cur, next) {
+			return
+		}
+	}
+}
 
 func (b *breaker) Classify(ctx context.Context, texts []string) (provider.Answer, error) {
 	row := rowFrom(ctx)
+	if b.external() > 0 {
+		return provider.Answer{}, errOpen()
+	}
 	if row != nil && row.failed && b.cb.IsHalfOpen() && b.fresh.Load() > 0 {
 		return provider.Answer{}, errOpen()
 	}
@@ -130,7 +155,8 @@ func (b *breaker) wait(ctx context.Context, row *rowState, stop <-chan struct{})
 	b.mu.Lock()
 	ch := b.changed
 	b.mu.Unlock()
-	if b.cb.IsClosed() {
+	ext := b.external()
+	if b.cb.IsClosed() && ext == 0 {
 		return nil
 	}
 	if row != nil && !row.failed {
@@ -138,7 +164,10 @@ func (b *breaker) wait(ctx context.Context, row *rowState, stop <-chan struct{})
 		defer b.fresh.Add(-1)
 	}
 	row.wait(waitBreaker)
-	d := b.cb.RemainingDelay()
+	d := max(b.cb.RemainingDelay(), ext)
+	if b.cb.IsClosed() {
+		d = ext
+	}
 	if d <= 0 {
 		// Half-open with every probe permit taken: wait for the verdict,
 		// re-checking now and then in case it never comes.
@@ -172,6 +201,9 @@ func (b *breaker) stateChanged(ev circuitbreaker.StateChangedEvent) {
 			b.slots.outageStarted()
 		}
 		b.counters.breakerOpened(now)
+		if b.cfg.OnOpen != nil {
+			b.cfg.OnOpen(now.Add(b.cfg.BreakerCooldown))
+		}
 		m := b.cb.Metrics()
 		failures, calls := m.Failures(), m.Executions()
 		if ev.OldState == circuitbreaker.HalfOpenState {

@@ -72,6 +72,14 @@ type Config struct {
 	// Fallback answers rows while the breaker is open; nil means rows wait.
 	Fallback provider.Classifier
 
+	// OnPause, when set, is told when a 429 made this process pause every
+	// call, and until when; OnOpen when its breaker opened, and until when
+	// it will not probe. Processes that share a provider account (queue
+	// workers) pass them on, and apply each other's with PauseUntil and
+	// OpenUntil. They must be quick.
+	OnPause func(until time.Time)
+	OnOpen  func(until time.Time)
+
 	Logger   *slog.Logger
 	Counters *Counters
 }
@@ -134,7 +142,7 @@ func Build(client provider.Classifier, cfg Config) *Guard {
 	cfg.defaults()
 	g := &Guard{cfg: cfg}
 	g.slots = NewSlots(cfg.Concurrency, cfg.Adaptive, cfg.Counters)
-	g.cool = &cooldown{slots: g.slots, max: cfg.MaxRetryAfter, log: cfg.Logger, c: cfg.Counters}
+	g.cool = &cooldown{slots: g.slots, max: cfg.MaxRetryAfter, log: cfg.Logger, c: cfg.Counters, onPause: cfg.OnPause}
 	var chain provider.Classifier = &meter{inner: client, c: cfg.Counters}
 	var limiter *rateLayer
 	if cfg.RPS > 0 {
@@ -170,6 +178,9 @@ func (g *Guard) HasFallback() bool { return g.fallback != nil }
 // BreakerOpen reports whether the breaker refuses calls now, and for how
 // much longer before it probes (0 when probing).
 func (g *Guard) BreakerOpen() (open bool, remaining time.Duration) {
+	if ext := g.br.external(); ext > 0 {
+		return true, max(ext, g.br.cb.RemainingDelay())
+	}
 	if g.br.cb.IsClosed() {
 		return false, 0
 	}
@@ -178,6 +189,19 @@ func (g *Guard) BreakerOpen() (open bool, remaining time.Duration) {
 
 // Cooldown is how long new calls must still wait after a 429.
 func (g *Guard) Cooldown() time.Duration { return max(0, g.cool.remaining()) }
+
+// PauseUntil holds every new call back until t, as a 429 seen here would:
+// another process sharing the account saw one.
+func (g *Guard) PauseUntil(t time.Time) {
+	if d := time.Until(t); d > 0 {
+		g.slots.Pause(d)
+	}
+}
+
+// OpenUntil refuses every call until t, as an open breaker does (rows wait,
+// or the fallback answers): another process sharing the provider saw it
+// fail and is probing it.
+func (g *Guard) OpenUntil(t time.Time) { g.br.openUntil(t) }
 
 // errOpen is what an attempt gets when the breaker refuses it. It is a
 // provider error (circuit_open), so that if it escapes the row is recorded
