@@ -129,9 +129,11 @@ func (o *providerOptions) validate() error {
 }
 
 // build makes the classifier chain: the provider client, wrapped by the
-// policies the flags ask for (internal/resilience), which report into
-// counters (nil: not reported).
-func (o *providerOptions) build(ios *IOStreams, log *slog.Logger, counters *resilience.Counters) (provider.Classifier, error) {
+// policies the flags ask for (internal/resilience: a *resilience.Guard),
+// which report into counters (nil: not reported). tune, if any, adjust the
+// policies' configuration before they are built (hooks, a command's own
+// defaults). With --provider local the embedded model is returned alone.
+func (o *providerOptions) build(ios *IOStreams, log *slog.Logger, counters *resilience.Counters, tune ...func(*resilience.Config)) (provider.Classifier, error) {
 	if o.provider == "local" {
 		if ignored := o.ignoredFlags(); len(ignored) > 0 {
 			log.Warn("--provider local ignores " + strings.Join(ignored, ", ") + ": they apply to the Hugging Face API only")
@@ -163,7 +165,7 @@ func (o *providerOptions) build(ios *IOStreams, log *slog.Logger, counters *resi
 	if err != nil {
 		return nil, err
 	}
-	return resilience.Build(hf, resilience.Config{
+	cfg := resilience.Config{
 		Retries:          o.retries,
 		RPS:              o.rps,
 		Burst:            o.burst,
@@ -177,7 +179,11 @@ func (o *providerOptions) build(ios *IOStreams, log *slog.Logger, counters *resi
 		Fallback:         fb,
 		Logger:           log,
 		Counters:         counters,
-	}), nil
+	}
+	for _, t := range tune {
+		t(&cfg)
+	}
+	return resilience.Build(hf, cfg), nil
 }
 
 // fallbackEndpoint is where --fallback-model is asked: --endpoint when it
