@@ -10,8 +10,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -206,6 +204,8 @@ func runClassify(ctx context.Context, o *classifyOptions, ios *IOStreams, log *s
 		return &exitError{code: code, err: fmt.Errorf("%w; stopped reading there, the rows before it were processed", sum.InputErr)}
 	case sum.Stop == engine.StopInterrupted:
 		log.Warn("interrupted: finished rows are written; rows not_attempted can be redone with --resume")
+	case sum.Stop.ProviderStop():
+		return &exitError{code: code, err: fmt.Errorf("stopped sending (%s): %s", sum.Stop, sum.StopDetail)}
 	}
 	return silentExit(code)
 }
@@ -221,6 +221,9 @@ func exitFor(sum engine.Summary, runErr error, failOn failPolicy) verdict {
 		v.Code, v.Reason = ExitUsage, reasonInputError
 	case runErr != nil:
 		v.Code, v.Reason = ExitRowsFailed, reasonWriteError
+	case sum.Stop.ProviderStop():
+		// Not a matter of tolerating failed rows: none could succeed.
+		v.Code, v.Reason = ExitRowsFailed, reasonProviderStop
 	}
 	return v
 }
@@ -292,37 +295,4 @@ func unwrapPathError(err error) error {
 		return pe.Err
 	}
 	return err
-}
-
-// interruptContext ends ctx on the first SIGINT or SIGTERM (a graceful stop);
-// a second one freezes the results writer, so no row is torn, and exits at
-// once.
-func interruptContext(parent context.Context, ios *IOStreams, log *slog.Logger, freeze func()) (context.Context, func()) {
-	ctx, cancel := context.WithCancel(parent)
-	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
-	done := make(chan struct{})
-	go func() {
-		select {
-		case s := <-sigs:
-			log.Warn("received "+s.String()+": no new rows; letting calls in flight finish (up to 10s); press Ctrl-C again to quit now", "signal", s.String())
-			cancel()
-		case <-done:
-			return
-		}
-		select {
-		case <-sigs:
-			freeze()
-			fmt.Fprintln(ios.ErrOut, "hfsent: second interrupt: quitting now; the rows written so far are complete")
-			if ios.HardExit != nil {
-				ios.HardExit(ExitInterrupted)
-			}
-		case <-done:
-		}
-	}()
-	return ctx, func() {
-		signal.Stop(sigs)
-		close(done)
-		cancel()
-	}
 }

@@ -126,6 +126,7 @@ const (
 	reasonInterrupted  = "interrupted"
 	reasonInputError   = "input_error"
 	reasonWriteError   = "write_error"
+	reasonProviderStop = "provider_stopped" // token, credits, model or connection: nothing could succeed
 )
 
 // judge applies the policy to a run that was neither interrupted nor broken.

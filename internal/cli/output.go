@@ -17,7 +17,7 @@ import (
 type output struct {
 	src  engine.Source
 	sink engine.Sink
-	w    interface{ Freeze() }
+	w    interface{ Freeze() bool }
 	// close ends the output after the run: for a resume it copies the old
 	// rows the run did not reach and puts the new file in place.
 	close func(runErr error) error

@@ -16,6 +16,11 @@ import (
 func summaryLine(s engine.Summary, r resilience.Stats) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "rows=%d", s.Rows)
+	if s.Lost > 0 {
+		// After a write error: the counts below cover every row that got an
+		// outcome, written or not.
+		fmt.Fprintf(&b, " written=%d lost=%d", s.Written, s.Lost)
+	}
 	for _, c := range outcome.All() {
 		if n := s.Counts[c]; n > 0 || c == outcome.Success {
 			fmt.Fprintf(&b, " %s=%d", c, n)
@@ -27,7 +32,11 @@ func summaryLine(s engine.Summary, r resilience.Stats) string {
 	if s.Reused > 0 {
 		fmt.Fprintf(&b, " reused=%d", s.Reused)
 	}
-	fmt.Fprintf(&b, " calls=%d retries=%d max_active=%d elapsed=%s", s.Calls, s.Retries, s.MaxActive, s.Elapsed.Round(time.Millisecond))
+	fmt.Fprintf(&b, " calls=%d", s.Calls)
+	if s.FallbackCalls > 0 {
+		fmt.Fprintf(&b, " fallback_calls=%d", s.FallbackCalls)
+	}
+	fmt.Fprintf(&b, " retries=%d max_active=%d elapsed=%s", s.Retries, s.MaxActive, s.Elapsed.Round(time.Millisecond))
 	if secs := s.Elapsed.Seconds(); secs > 0 {
 		fmt.Fprintf(&b, " rows/s=%.1f", float64(s.Rows)/secs)
 	}
@@ -39,35 +48,43 @@ func summaryLine(s engine.Summary, r resilience.Stats) string {
 }
 
 type summaryJSON struct {
-	Rows       int64            `json:"rows"`
-	Outcomes   map[string]int64 `json:"outcomes"`
-	Calls      int64            `json:"calls"`
-	Kept       int64            `json:"kept"`
-	Reused     int64            `json:"reused"`
-	Retries    int64            `json:"retries"`
-	MaxActive  int64            `json:"max_active"`
-	ElapsedSec float64          `json:"elapsed_s"`
-	RowsPerSec float64          `json:"rows_per_s"`
-	Stop       string           `json:"stop,omitempty"`
-	ExitCode   int              `json:"exit_code"`
-	Resilience resilienceJSON   `json:"resilience"`
+	Rows int64 `json:"rows"`
+	// Written of the rows are in the results; Lost got an outcome but could
+	// not be written (after a write error).
+	Written       int64            `json:"written"`
+	Lost          int64            `json:"lost"`
+	Outcomes      map[string]int64 `json:"outcomes"`
+	Calls         int64            `json:"calls"`
+	FallbackCalls int64            `json:"fallback_calls"`
+	Kept          int64            `json:"kept"`
+	Reused        int64            `json:"reused"`
+	Retries       int64            `json:"retries"`
+	MaxActive     int64            `json:"max_active"`
+	ElapsedSec    float64          `json:"elapsed_s"`
+	RowsPerSec    float64          `json:"rows_per_s"`
+	Stop          string           `json:"stop,omitempty"`
+	ExitCode      int              `json:"exit_code"`
+	Resilience    resilienceJSON   `json:"resilience"`
 	ciSummary
 }
 
 func writeSummaryJSON(path string, s engine.Summary, r resilience.Stats, v verdict) error {
 	code := v.Code
 	out := summaryJSON{
-		Resilience: newResilienceJSON(r),
-		Rows:       s.Rows,
-		Outcomes:   map[string]int64{},
-		Calls:      s.Calls,
-		Kept:       s.Kept,
-		Reused:     s.Reused,
-		Retries:    s.Retries,
-		MaxActive:  s.MaxActive,
-		ElapsedSec: s.Elapsed.Seconds(),
-		Stop:       string(s.Stop),
-		ExitCode:   code,
+		Resilience:    newResilienceJSON(r),
+		Rows:          s.Rows,
+		Written:       s.Written,
+		Lost:          s.Lost,
+		Outcomes:      map[string]int64{},
+		Calls:         s.Calls,
+		FallbackCalls: s.FallbackCalls,
+		Kept:          s.Kept,
+		Reused:        s.Reused,
+		Retries:       s.Retries,
+		MaxActive:     s.MaxActive,
+		ElapsedSec:    s.Elapsed.Seconds(),
+		Stop:          string(s.Stop),
+		ExitCode:      code,
 	}
 	for _, c := range outcome.All() {
 		out.Outcomes[string(c)] = s.Counts[c]

@@ -147,9 +147,22 @@ type Summary struct {
 	MaxActive     int64 // most calls dispatched at once
 	Elapsed       time.Duration
 	Stop          StopReason
+	// StopDetail says why the provider stopped the run and what to do
+	// (token, credits, model, connection); "" otherwise.
+	StopDetail string
 	// InputErr is set when the input could not be parsed past some line;
 	// rows before it were processed.
 	InputErr error
+}
+
+// ProviderStop reports whether the provider's answers stopped the run: the
+// token, the account, the model, or no connection at all.
+func (r StopReason) ProviderStop() bool {
+	switch r {
+	case StopAuth, StopQuota, StopNotFound, StopUnreachable:
+		return true
+	}
+	return false
 }
 
 // OK reports whether every row ended success or fallback.
@@ -261,6 +274,7 @@ read:
 	sum.MaxActive = st.MaxActive
 	sum.Elapsed = time.Since(r.p.start)
 	sum.Stop = r.p.StopReason()
+	sum.StopDetail = r.p.StopDetail()
 	if ctx.Err() != nil {
 		sum.Stop = StopInterrupted
 	}

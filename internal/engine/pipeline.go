@@ -43,6 +43,7 @@ type Pipeline struct {
 	admitter    chan struct{}  // closed when the admission loop has ended
 	closeOnce   sync.Once
 	fatalOnce   sync.Once
+	fatalMsg    atomic.Pointer[string] // what the fatal answer said, and what to do
 	graceCancel func() bool
 
 	active, maxActive atomic.Int64
@@ -161,6 +162,15 @@ func (p *Pipeline) Remember(text string, res results.Row) {
 	if p.cache != nil && res.Outcome == outcome.Success && res.Label != "" {
 		p.cache.Add(p.cache.Key(text), answer{res.Label, res.Score, res.Model})
 	}
+}
+
+// StopDetail says what the answer that stopped admission said, and what to
+// do about it ("" when no answer did).
+func (p *Pipeline) StopDetail() string {
+	if m := p.fatalMsg.Load(); m != nil {
+		return *m
+	}
+	return ""
 }
 
 // Stats is what the pipeline did so far.
@@ -327,6 +337,7 @@ func (p *Pipeline) classifyError(err error, rowCtx context.Context) (outcome.Cod
 func (p *Pipeline) fatal(pe *provider.Error) {
 	p.fatalOnce.Do(func() {
 		reason, advice := fatalReason(pe)
+		p.fatalMsg.Store(&advice)
 		if !p.cfg.StopOnFatal {
 			p.cfg.Logger.Error(advice)
 			return
@@ -339,7 +350,7 @@ func (p *Pipeline) fatal(pe *provider.Error) {
 func fatalReason(pe *provider.Error) (StopReason, string) {
 	switch {
 	case pe.Unreachable:
-		return StopUnreachable, "cannot reach the provider: " + pe.Msg + fmt.Sprintf(" (the first %d calls could not connect and none was ever answered); check --endpoint and the network, then finish with --resume", 3)
+		return StopUnreachable, "cannot reach the provider: " + pe.Msg + fmt.Sprintf(" (the first %d calls could not connect and none was ever answered); check --endpoint and the network, then finish with --resume", resilience.UnreachableAfter)
 	case pe.Outcome == outcome.UpstreamQuota:
 		return StopQuota, "the provider answered HTTP 402 Payment Required: the account has no credits left; top up, then finish with --resume"
 	case pe.Outcome == outcome.UpstreamNotFound:

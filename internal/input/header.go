@@ -56,8 +56,13 @@ func DelimiterName(r rune) string {
 // must, so a slow pipe's first line is enough.
 func peekHeader(br *bufio.Reader) []byte {
 	from, inQuote := 0, false
-	for size := 1; ; size = br.Buffered() + 1 {
-		b, err := br.Peek(size)
+	for want := 1; ; {
+		b, err := br.Peek(want)
+		// Look at everything already read before asking for more: a pipe
+		// may have sent the whole header and then nothing for a while.
+		if n := br.Buffered(); n > len(b) {
+			b, _ = br.Peek(n)
+		}
 		for i := from; i < len(b); i++ {
 			switch b[i] {
 			case '"':
@@ -69,9 +74,10 @@ func peekHeader(br *bufio.Reader) []byte {
 			}
 		}
 		from = len(b)
-		if err != nil || size >= br.Size() {
+		if err != nil || len(b) >= br.Size() {
 			return b
 		}
+		want = len(b) + 1
 	}
 }
 

@@ -34,8 +34,10 @@ type breaker struct {
 	slots    *Slots
 	cfg      Config
 
-	// fresh counts rows waiting for the breaker that have not failed: while
-	// there are some, rows that have failed leave the probes to them.
+	// fresh counts rows that have not failed and are waiting for the
+	// breaker, from the start of their wait until the breaker next decides
+	// on them: while there are some, rows that have failed leave the
+	// probes to them.
 	fresh atomic.Int32
 	// extUntil (unix nanos) refuses calls as if open: another process
 	// sharing the provider saw it fail (OpenUntil).
@@ -85,10 +87,13 @@ func (b *breaker) openUntil(t time.Time) {
 
 func (b *breaker) Classify(ctx context.Context, texts []string) (provider.Answer, error) {
 	row := rowFrom(ctx)
+	b.decided(row)
 	if b.external() > 0 {
 		return provider.Answer{}, errOpen()
 	}
-	if row != nil && row.failed && b.cb.IsHalfOpen() && b.fresh.Load() > 0 {
+	// Not closed: open with its cooldown perhaps over, the next permit
+	// being the first probe, or already half-open.
+	if row != nil && row.failed && !b.cb.IsClosed() && b.fresh.Load() > 0 {
 		return provider.Answer{}, errOpen()
 	}
 	if !b.cb.TryAcquirePermit() {
@@ -128,6 +133,15 @@ func (b *breaker) Classify(ctx context.Context, texts []string) (provider.Answer
 // isFailure is what counts toward opening the breaker: 5xx, timeouts and
 // connection errors. A 503 "model is loading" is a warm-up with an estimated
 // time, not an outage, so it does not count.
+// decided takes a fresh row that waited out of the count once the breaker
+// decides on it again (or it gives up).
+func (b *breaker) decided(row *rowState) {
+	if row != nil && row.freshWait {
+		row.freshWait = false
+		b.fresh.Add(-1)
+	}
+}
+
 func isFailure(err error) bool {
 	pe, ok := provider.AsError(err)
 	if !ok {
@@ -159,9 +173,9 @@ func (b *breaker) wait(ctx context.Context, row *rowState, stop <-chan struct{})
 	if b.cb.IsClosed() && ext == 0 {
 		return nil
 	}
-	if row != nil && !row.failed {
+	if row != nil && !row.failed && !row.freshWait {
+		row.freshWait = true
 		b.fresh.Add(1)
-		defer b.fresh.Add(-1)
 	}
 	row.wait(waitBreaker)
 	d := max(b.cb.RemainingDelay(), ext)

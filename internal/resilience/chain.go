@@ -265,13 +265,14 @@ const (
 // rowState is what the layers know about one row's calls. A row's layers
 // run on one goroutine, one after the other, so it needs no lock.
 type rowState struct {
-	sent     int       // calls sent to the primary provider
-	sentAt   time.Time // when the last one was sent
-	last     error     // the last real provider error
-	failed   bool      // an attempt failed in a way that counts for the breaker
-	timedOut bool      // an attempt timed out
-	counted  bool      // and that failure is already in the breaker's rate
-	waiting  waitKind
+	sent      int       // calls sent to the primary provider
+	sentAt    time.Time // when the last one was sent
+	last      error     // the last real provider error
+	failed    bool      // an attempt failed in a way that counts for the breaker
+	timedOut  bool      // an attempt timed out
+	freshWait bool      // counted among the breaker's fresh waiters
+	counted   bool      // and that failure is already in the breaker's rate
+	waiting   waitKind
 	// handoff is the slot the engine's admission took for the first attempt.
 	handoff *Permit
 	// A loading model: later attempts ask the API to hold the call until it
@@ -395,7 +396,7 @@ func (m *meter) Classify(ctx context.Context, texts []string) (provider.Answer, 
 	}
 	if pe.Status != 0 {
 		m.answered.Store(true)
-	} else if pe.Connect && !m.answered.Load() && m.connectFailures.Add(1) >= unreachableAfter {
+	} else if pe.Connect && !m.answered.Load() && m.connectFailures.Add(1) >= UnreachableAfter {
 		// No call has ever got an answer and every one so far failed to
 		// connect: nothing will, so say so rather than retry for the
 		// row deadline.
@@ -409,9 +410,9 @@ func (m *meter) Classify(ctx context.Context, texts []string) (provider.Answer, 
 	return ans, err
 }
 
-// unreachableAfter is how many calls must fail to connect, with none ever
+// UnreachableAfter is how many calls must fail to connect, with none ever
 // answered, before the provider is called unreachable.
-const unreachableAfter = 3
+const UnreachableAfter = 3
 
 // fallbackMeter counts the fallback model's calls apart from the primary's.
 type fallbackMeter struct {

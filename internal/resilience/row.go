@@ -21,6 +21,7 @@ import (
 // fresh count each time it is run.
 func (g *Guard) Classify(ctx context.Context, texts []string) (provider.Answer, error) {
 	row := &rowState{handoff: takePermit(ctx)}
+	defer g.br.decided(row) // a row that gives up while waiting
 	ctx = withRow(ctx, row)
 	stop := stopFrom(ctx)
 	for {
@@ -56,11 +57,9 @@ func (g *Guard) Classify(ctx context.Context, texts []string) (provider.Answer, 
 		if row.sent > g.cfg.Retries {
 			// One view of an outage: a row whose last call failed as the
 			// breaker opened is answered by the fallback like a row that
-			// met the open breaker. It has no call left to wait for.
-			if outage {
-				if ans, ok := g.tryFallback(ctx, texts); ok {
-					return ans, nil
-				}
+			// met the open breaker. It has no call left to send.
+			if outage && g.fallback != nil {
+				return g.fallbackWhileOpen(ctx, row, texts, err)
 			}
 			return provider.Answer{}, err
 		}
@@ -104,6 +103,24 @@ func backoff(n int, base, maxWait time.Duration) time.Duration {
 	}
 	ceil = min(ceil, maxWait)
 	return ceil/2 + time.Duration(rand.Int64N(int64(ceil/2)+1))
+}
+
+// fallbackWhileOpen asks the fallback for a row with no call left, again
+// after each failure, for as long as the breaker stays open (then the row
+// ends with its last failure, err) and its context allows.
+func (g *Guard) fallbackWhileOpen(ctx context.Context, row *rowState, texts []string, err error) (provider.Answer, error) {
+	for !g.br.closed() {
+		if ans, ok := g.tryFallback(ctx, texts); ok {
+			return ans, nil
+		}
+		if failFast(ctx) {
+			break
+		}
+		if werr := g.br.wait(ctx, row, stopFrom(ctx)); werr != nil {
+			break
+		}
+	}
+	return provider.Answer{}, err
 }
 
 // tryFallback asks the fallback model, when there is one.

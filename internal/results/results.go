@@ -9,6 +9,7 @@ import (
 	"math"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hfsent/hfsent/internal/outcome"
@@ -86,7 +87,7 @@ type Writer struct {
 	includeText bool
 	raw         bool
 	rec         []string
-	frozen      bool
+	frozen      atomic.Bool
 }
 
 // Option tunes a Writer.
@@ -117,7 +118,7 @@ func NewWriter(w io.Writer, includeText bool, opts ...Option) (*Writer, error) {
 func (w *Writer) Write(rows []Row) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.frozen {
+	if w.frozen.Load() {
 		return ErrFrozen
 	}
 	for _, r := range rows {
@@ -130,14 +131,26 @@ func (w *Writer) Write(rows []Row) error {
 	return w.cw.Error()
 }
 
-// Freeze waits for a write in progress to end and refuses all later ones, so
-// that the process can exit at once (a second Ctrl-C) without leaving a torn
-// row.
-func (w *Writer) Freeze() {
-	w.mu.Lock()
-	w.frozen = true
+// Freeze refuses every later write and waits for a write in progress to
+// end, so that the process can exit at once (a second Ctrl-C) without
+// leaving a torn row; but not for longer than FreezeWait: a write stuck on a
+// stalled pipe or disk must not keep the process from quitting. It reports
+// whether the last write ended whole.
+func (w *Writer) Freeze() bool {
+	w.frozen.Store(true)
+	deadline := time.Now().Add(FreezeWait)
+	for !w.mu.TryLock() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 	w.mu.Unlock()
+	return true
 }
+
+// FreezeWait bounds how long Freeze waits for a write in progress.
+const FreezeWait = time.Second
 
 // ErrFrozen is returned by Write after Freeze.
 var ErrFrozen = errors.New("results writer closed")

@@ -401,7 +401,7 @@ func (o *Output) Write(rows []results.Row) error {
 
 // Freeze waits for a write in progress to end and refuses all later ones
 // (a second Ctrl-C quits at once without a torn row).
-func (o *Output) Freeze() { o.w.Freeze() }
+func (o *Output) Freeze() bool { return o.w.Freeze() }
 
 // commit puts the temp file in place of the output. Both are closed first
 // (Windows cannot rename an open file, nor over one); every old row has been
