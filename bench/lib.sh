@@ -1,6 +1,6 @@
 # Shared set-up for the benchmark scripts; source it from bench/*.sh.
-# It builds hfsent and the fake provider into $work, removes $work and
-# stops the fake on exit, and offers:
+# It builds hfsent (or copies $HFSENT_BIN) and the fake provider into $work,
+# removes $work and stops the fake on exit, and offers:
 #   gen_csv N FILE [TEXT]   N rows "r<i>,<TEXT> <i>" under a header
 #   start_fake FLAGS...     runs bench/fakeprovider; its address is $(fake_addr)
 #   stop_fake
@@ -10,7 +10,13 @@ work=$(mktemp -d)
 fake_pid=""
 trap '[[ -n $fake_pid ]] && kill "$fake_pid" 2>/dev/null; rm -rf "$work"' EXIT
 
-go build -o "$work/hfsent" ./cmd/hfsent
+# HFSENT_BIN runs another build of hfsent (an earlier commit's, to compare
+# before and after in one sitting); by default this tree is built.
+if [[ -n ${HFSENT_BIN:-} ]]; then
+  cp "$HFSENT_BIN" "$work/hfsent"
+else
+  go build -o "$work/hfsent" ./cmd/hfsent
+fi
 go build -o "$work/fakeprovider" ./bench/fakeprovider
 
 gen_csv() {

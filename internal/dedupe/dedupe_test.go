@@ -82,3 +82,90 @@ func TestFlight(t *testing.T) {
 		t.Fatal("keys collide")
 	}
 }
+
+// The least recently used answer is the one that makes room: an answer used
+// again stays.
+func TestLRUEvictsTheLeastRecentlyUsed(t *testing.T) {
+	c := New[int](3)
+	add := func(s string, v int) { c.Add(c.Key(s), v) }
+	has := func(s string) bool {
+		_, st, f := c.Claim(c.Key(s))
+		if st == Lead {
+			c.Finish(f, 0, false)
+		}
+		return st == Hit
+	}
+	add("a", 1)
+	add("b", 2)
+	add("c", 3)
+	if !has("a") { // a is now the most recent
+		t.Fatal("a missing")
+	}
+	add("d", 4) // b, the least recent, makes room
+	if has("b") || !has("a") || !has("c") || !has("d") {
+		t.Fatal("the wrong entry was evicted")
+	}
+	add("c", 30) // an update moves it to the front too
+	add("e", 5)  // a is now the least recent
+	if has("a") || !has("c") || !has("d") || !has("e") {
+		t.Fatal("the wrong entry was evicted after an update")
+	}
+	if v, _, _ := c.Claim(c.Key("c")); v != 30 {
+		t.Fatalf("c = %d, want the update", v)
+	}
+	if c.Len() != 3 {
+		t.Fatalf("holds %d, want 3", c.Len())
+	}
+}
+
+// The cache against a plain map-and-list LRU over many random operations,
+// with keys chosen to collide in the index and evict often.
+func TestLRUAgainstAReference(t *testing.T) {
+	const size = 50
+	c := New[int](size)
+	type ref struct {
+		order []Key // most recent first
+		val   map[Key]int
+	}
+	r := ref{val: map[Key]int{}}
+	touch := func(k Key) {
+		for i, o := range r.order {
+			if o == k {
+				r.order = append(r.order[:i], r.order[i+1:]...)
+				break
+			}
+		}
+		r.order = append([]Key{k}, r.order...)
+	}
+	rng := uint64(1)
+	next := func(n uint64) uint64 { rng = rng*6364136223846793005 + 1442695040888963407; return (rng >> 33) % n }
+	for step := range 20000 {
+		// Few distinct low words, so keys share home slots in the index.
+		k := Key{next(64) << 40, next(300)}
+		if next(3) == 0 {
+			v := step
+			c.Add(k, v)
+			if _, ok := r.val[k]; !ok && len(r.order) == size {
+				last := r.order[len(r.order)-1]
+				r.order = r.order[:len(r.order)-1]
+				delete(r.val, last)
+			}
+			r.val[k] = v
+			touch(k)
+			continue
+		}
+		got, st, f := c.Claim(k)
+		want, ok := r.val[k]
+		if ok != (st == Hit) || (ok && got != want) {
+			t.Fatalf("step %d: key %v: got %v (state %v), reference %v (%v)", step, k, got, st, want, ok)
+		}
+		if ok {
+			touch(k)
+		} else {
+			c.Finish(f, 0, false)
+		}
+	}
+	if c.Len() != len(r.val) {
+		t.Fatalf("holds %d, the reference %d", c.Len(), len(r.val))
+	}
+}

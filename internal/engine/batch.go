@@ -79,8 +79,7 @@ func (p *Pipeline) release(it item, res results.Row) {
 	if p.cache == nil {
 		return
 	}
-	ok := res.Outcome == outcome.Success && res.Label != ""
-	a := answer{res.Label, res.Score, res.Model}
+	a, ok := p.remember(res)
 	if it.flight != nil {
 		p.cache.Finish(it.flight, a, ok)
 	} else if ok {
@@ -93,7 +92,8 @@ func (p *Pipeline) release(it item, res results.Row) {
 // the latency percentiles and the calls in flight.
 func (p *Pipeline) finishReused(j *Job, a answer) {
 	p.reused.Add(1)
-	p.finish(j, results.Row{Outcome: outcome.Success, Label: a.Label, Score: a.Score, Model: a.Model, StartedMs: -1})
+	p.finish(j, results.Row{Outcome: outcome.Success, Label: p.names.name(a.label), Score: a.score,
+		Model: p.names.name(a.model), StartedMs: -1})
 }
 
 // gather fills a batch with the jobs that follow, while the slot is held:

@@ -261,6 +261,7 @@ read:
 	r.p.Close()
 	close(r.done)
 	writeErr := <-writerDone
+	r.ids.release()
 
 	st := r.p.Stats()
 	sum.Written = r.written.Load()

@@ -28,6 +28,7 @@ type Pipeline struct {
 	cls   provider.Classifier
 	slots *resilience.Slots
 	cache *dedupe.Cache[answer] // nil without Config.Dedupe
+	names names
 	start time.Time
 
 	admitq chan *Job
@@ -68,11 +69,57 @@ type Job struct {
 	Done func(results.Row)
 }
 
-// answer is what the dedupe cache remembers of a success.
+// answer is what the dedupe cache remembers of a success. Label and model
+// are numbers in the pipeline's table of names: a cache of 65,536 answers
+// then holds no pointer for the garbage collector to follow, and no copy of
+// a name.
 type answer struct {
-	Label string
-	Score float64
-	Model string
+	label, model uint16
+	score        float64
+}
+
+// names numbers the few label and model names a run meets.
+type names struct {
+	mu   sync.Mutex
+	ids  map[string]uint16
+	list []string
+}
+
+// id numbers s; ok is false once the table is full (a model answering free
+// text as labels): such answers are not remembered.
+func (n *names) id(s string) (uint16, bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if id, ok := n.ids[s]; ok {
+		return id, true
+	}
+	if len(n.list) >= 1<<16-1 {
+		return 0, false
+	}
+	if n.ids == nil {
+		n.ids = map[string]uint16{}
+	}
+	id := uint16(len(n.list))
+	n.ids[s] = id
+	n.list = append(n.list, s)
+	return id, true
+}
+
+func (n *names) name(id uint16) string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.list[id]
+}
+
+// remember turns a success into what the cache keeps; ok is false when it
+// cannot be kept.
+func (p *Pipeline) remember(res results.Row) (answer, bool) {
+	if res.Outcome != outcome.Success || res.Label == "" {
+		return answer{}, false
+	}
+	l, ok1 := p.names.id(res.Label)
+	m, ok2 := p.names.id(res.Model)
+	return answer{label: l, model: m, score: res.Score}, ok1 && ok2
 }
 
 // NewPipeline starts a pipeline in front of cls. Cancelling ctx stops
@@ -159,8 +206,11 @@ func (p *Pipeline) Close() {
 // Remember adds an answer found elsewhere (a row kept by --resume) to the
 // dedupe cache.
 func (p *Pipeline) Remember(text string, res results.Row) {
-	if p.cache != nil && res.Outcome == outcome.Success && res.Label != "" {
-		p.cache.Add(p.cache.Key(text), answer{res.Label, res.Score, res.Model})
+	if p.cache == nil {
+		return
+	}
+	if a, ok := p.remember(res); ok {
+		p.cache.Add(p.cache.Key(text), a)
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -54,6 +55,30 @@ type HF struct {
 	url    string
 	host   string // for messages: never the whole URL
 	client *http.Client
+	labels labelSet
+	// headers every call sends, and with X-Wait-For-Model: 1.
+	headers, waitHeaders http.Header
+}
+
+// labelSet interns labels: a model has a handful, and a million answers
+// (and the dedupe cache's entries) then share them instead of each holding
+// its own copy.
+type labelSet struct{ m sync.Map }
+
+// maxLabels bounds the set, for a model that answers free text as labels.
+const maxLabels = 1024
+
+func (s *labelSet) intern(l string) string {
+	if v, ok := s.m.Load(l); ok {
+		return v.(string)
+	}
+	n := 0
+	s.m.Range(func(any, any) bool { n++; return n < maxLabels })
+	if n >= maxLabels {
+		return l
+	}
+	v, _ := s.m.LoadOrStore(l, l)
+	return v.(string)
 }
 
 // NewHTTPClient builds the one shared client: a transport whose pool holds a
@@ -104,7 +129,18 @@ func NewHF(cfg HFConfig) (*HF, error) {
 	if u, err := url.Parse(target); err == nil && u.Host != "" {
 		host = u.Host
 	}
-	return &HF{cfg: cfg, url: target, host: host, client: c}, nil
+	h := &HF{cfg: cfg, url: target, host: host, client: c}
+	h.headers = http.Header{
+		"Content-Type": {"application/json"},
+		"Accept":       {"application/json"},
+		"User-Agent":   {cfg.UserAgent},
+	}
+	if cfg.Token != "" {
+		h.headers.Set("Authorization", "Bearer "+cfg.Token)
+	}
+	h.waitHeaders = h.headers.Clone()
+	h.waitHeaders.Set("X-Wait-For-Model", "1")
+	return h, nil
 }
 
 // EndpointURL checks an endpoint (empty: DefaultEndpoint) and returns the
@@ -172,21 +208,47 @@ func (h *HF) Model() string { return h.cfg.Model }
 // redacted: it is for showing.
 func (h *HF) URL() string { return redact.URL(h.url) }
 
-type request struct {
-	Inputs     any            `json:"inputs"`
-	Parameters map[string]int `json:"parameters"`
+// payload is the request body: {"inputs": TEXT or [TEXTS], "parameters":
+// {"top_k": 1}}, built by hand: a million rows make a million bodies.
+func payload(texts []string) ([]byte, error) {
+	b := make([]byte, 0, 48+len(texts)*8+totalLen(texts))
+	b = append(b, `{"inputs":`...)
+	if len(texts) > 1 {
+		b = append(b, '[')
+	}
+	for i, t := range texts {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		q, err := json.Marshal(t)
+		if err != nil {
+			return nil, err
+		}
+		b = append(b, q...)
+	}
+	if len(texts) > 1 {
+		b = append(b, ']')
+	}
+	return append(b, `,"parameters":{"top_k":1}}`...), nil
 }
+
+func totalLen(texts []string) int {
+	n := 0
+	for _, t := range texts {
+		n += len(t)
+	}
+	return n
+}
+
+// bodies recycles the buffers answers are read into.
+var bodies = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 
 // Classify sends one attempt. It never retries.
 func (h *HF) Classify(ctx context.Context, texts []string) (Answer, error) {
 	if len(texts) == 0 {
 		return Answer{}, &Error{Outcome: outcome.InvalidInput, Msg: "no text"}
 	}
-	var inputs any = texts[0]
-	if len(texts) > 1 {
-		inputs = texts
-	}
-	payload, err := json.Marshal(request{Inputs: inputs, Parameters: map[string]int{"top_k": 1}})
+	body, err := payload(texts)
 	if err != nil {
 		return Answer{}, &Error{Outcome: outcome.InvalidInput, Msg: "text cannot be encoded", Err: err}
 	}
@@ -196,18 +258,15 @@ func (h *HF) Classify(ctx context.Context, texts []string) (Answer, error) {
 	timeout := attemptTimeout(ctx, h.cfg.Timeout)
 	actx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(actx, http.MethodPost, h.url, bytes.NewReader(payload))
+	req, err := http.NewRequestWithContext(actx, http.MethodPost, h.url, bytes.NewReader(body))
 	if err != nil {
 		return Answer{}, &Error{Outcome: outcome.UpstreamFailed, Msg: "bad request URL", Err: err}
 	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "application/json")
-	req.Header.Set("User-Agent", h.cfg.UserAgent)
-	if h.cfg.Token != "" {
-		req.Header.Set("Authorization", "Bearer "+h.cfg.Token)
-	}
+	// The headers are the same for every call: built once, shared, never
+	// changed (net/http only reads them).
+	req.Header = h.headers
 	if waitForModel(ctx) {
-		req.Header.Set("X-Wait-For-Model", "1")
+		req.Header = h.waitHeaders
 	}
 	if t := TraceFrom(ctx); t != nil {
 		t.AddAttempt()
@@ -232,10 +291,18 @@ func (h *HF) do(ctx, actx context.Context, req *http.Request, n int, timeout tim
 		return Answer{}, h.transportError(ctx, actx, err, timeout)
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, maxBody+1))
+	buf := bodies.Get().(*bytes.Buffer)
+	buf.Reset()
+	defer func() {
+		if buf.Cap() <= 64<<10 { // a rare huge answer is not kept
+			bodies.Put(buf)
+		}
+	}()
+	_, err = buf.ReadFrom(io.LimitReader(resp.Body, maxBody+1))
 	if err != nil {
 		return Answer{}, h.transportError(ctx, actx, err, timeout)
 	}
+	body := buf.Bytes()
 	if resp.StatusCode == http.StatusOK {
 		if len(body) > maxBody {
 			return Answer{}, &Error{Outcome: outcome.UpstreamPayload, Status: 200, Msg: "answer larger than 4 MiB"}
@@ -243,6 +310,9 @@ func (h *HF) do(ctx, actx context.Context, req *http.Request, n int, timeout tim
 		preds, err := ParseAnswer(body, n)
 		if err != nil {
 			return Answer{}, &Error{Outcome: outcome.UpstreamPayload, Status: 200, Msg: "not a classification: " + err.Error()}
+		}
+		for i := range preds {
+			preds[i].Label = h.labels.intern(preds[i].Label)
 		}
 		return Answer{Predictions: preds, Model: h.cfg.Model}, nil
 	}
