@@ -99,7 +99,7 @@ The token comes from HF_TOKEN, else the Hugging Face token file
 	fs.BoolVar(&o.dedupe, "dedupe", true, "send identical texts once and reuse the answer")
 	fs.BoolVar(&o.noDedupe, "no-dedupe", false, "send every row, even identical texts")
 	fs.BoolVar(&o.resume, "resume", false, "keep rows already in --output whose outcome is final, process only the rest")
-	fs.DurationVar(&o.maxDuration, "max-duration", 0, "stop admitting rows after this long; the rest are not_attempted (0: no limit, up to "+show(maxRunDuration)+")")
+	fs.DurationVar(&o.maxDuration, "max-duration", 0, "a deadline for the run: after this long no row is admitted and no call not yet sent is sent; calls in flight get 10s; the rest are not_attempted (0: no limit, up to "+show(maxRunDuration)+")")
 	fs.BoolVar(&o.includeText, "include-text", false, "copy the input text into the results")
 	fs.BoolVar(&o.rawCSV, "raw-csv", false, "write text, label and error as they are, without the spreadsheet-formula guard (a ' before a leading = + - @ tab or CR); for programs, not spreadsheets")
 	fs.StringVar(&o.summaryJSON, "summary-json", "", "write counts by outcome, calls, retries, elapsed time, achieved rate and exit reason to this JSON file")
