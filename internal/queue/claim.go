@@ -164,7 +164,9 @@ select seq from upd`
 // with the backlog), gives the room first to the clients with the fewest
 // rows running, within the per-client cap, and leases what it picked. Every
 // time is clock_timestamp(), taken after the lock, never now(), the
-// transaction's start.
+// transaction's start. Between clients with as many rows running, the one
+// served longest ago goes first, so that one-row claims take turns rather
+// than drain the oldest client first.
 const claim = `
 with t as (select clock_timestamp() as now),
 b as (
@@ -187,7 +189,7 @@ room as (
 	from b
 ),
 cand as (
-	select p.seq, coalesce(run.n, 0) + row_number() over (partition by c.client order by p.seq) as rank
+	select p.seq, c.client, c.served_at, coalesce(run.n, 0) + row_number() over (partition by c.client order by p.seq) as rank
 	from hfsent.client c
 	left join run on run.client = c.client
 	cross join t
@@ -201,10 +203,14 @@ cand as (
 	where c.batch_id = $1 and (select r from room) > 0
 ),
 pick as (
-	select cand.seq from cand, b
+	select cand.seq, cand.client from cand, b
 	where b.client_cap is null or cand.rank <= b.client_cap
-	order by cand.rank, cand.seq
+	order by cand.rank, cand.served_at nulls first, cand.seq
 	limit (select r from room)
+),
+served as (
+	update hfsent.client c set served_at = t.now
+	from t where c.batch_id = $1 and c.client in (select client from pick)
 ),
 claimed as (
 	update hfsent.item i set state = 'running', attempt = i.attempt + 1, lease_owner = $3,

@@ -47,10 +47,12 @@ create table hfsent.push_lock (
 );
 
 -- client: the clients of a batch (the values of --client-column), which a
--- claim walks to rank each one's first pending rows.
+-- claim walks to rank each one's first pending rows; among clients with as
+-- many rows running, the one served longest ago goes first.
 create table hfsent.client (
-    batch_id bigint not null references hfsent.batch (id) on delete cascade,
-    client   text not null,
+    batch_id  bigint not null references hfsent.batch (id) on delete cascade,
+    client    text not null,
+    served_at timestamptz,
     primary key (batch_id, client)
 );
 
