@@ -94,13 +94,24 @@ func (db *DB) Batches(ctx context.Context) ([]*Batch, error) {
 // Drop deletes a batch with its rows and results, and reports how many rows
 // it had.
 func (db *DB) Drop(ctx context.Context, name string) (int64, error) {
-	var n int64
-	err := db.Pool.QueryRow(ctx, "delete from hfsent.batch where name = $1 returning (select coalesce(sum(p.rows), 0) from hfsent.push p where p.batch_id = batch.id)", name).Scan(&n)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return 0, fmt.Errorf("%w %q at %s", ErrNoBatch, name, db.url)
+	b, err := db.Batch(ctx, name)
+	if err != nil {
+		return 0, err
 	}
+	err = pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "select 1 from hfsent.batch where id = $1 for update", b.ID); err != nil {
+			return err
+		}
+		for _, table := range []string{"result", "item", "input", "client", "worker", "push", "push_lock"} {
+			if _, err := tx.Exec(ctx, "delete from hfsent."+table+" where batch_id = $1", b.ID); err != nil {
+				return err
+			}
+		}
+		_, err := tx.Exec(ctx, "delete from hfsent.batch where id = $1", b.ID)
+		return err
+	})
 	if err != nil {
 		return 0, fmt.Errorf("dropping batch %q: %s", name, summarise(err))
 	}
-	return n, nil
+	return b.Rows, nil
 }

@@ -74,6 +74,9 @@ type CycleOut struct {
 	// still hold (0: not).
 	Paused, Open time.Duration
 	Remaining    bool // set when asked
+	// DoneCommitted is set once the results are committed, even when the
+	// claim that follows fails: they must not be sent again.
+	DoneCommitted bool
 }
 
 // Session is a worker's identity in a batch: the lease owner its claims
@@ -244,19 +247,32 @@ f as (
 )
 select anyleft from r`
 
-// Cycle runs one round trip: in one transaction (a pipelined batch, which
-// PostgreSQL runs as one implicit transaction), lock the batch row, report
-// this worker's backpressure, write its results, claim up to in.Want rows,
-// and, if asked, see whether anything remains.
+// Cycle runs one round trip (a pipeline of statements): write this
+// worker's results in one transaction; then, in a second, lock the batch
+// row, report this worker's backpressure, claim up to in.Want rows (in
+// another statement, whose snapshot sees every result committed before the
+// lock was granted, these included), and, if asked, see whether anything
+// remains.
 func (s *Session) Cycle(ctx context.Context, in CycleIn) (CycleOut, error) {
 	var out CycleOut
 	batch := &pgx.Batch{}
+	// The results first, in their own transaction, committed durably and
+	// without the batch row: their rows are fenced one by one, and a
+	// commit's flush to disk must not hold up every other worker's claim.
+	if len(in.Done) > 0 {
+		batch.Queue("begin")
+		batch.Queue(complete, completionArgs(s.batch.ID, s.owner, in.Done)...)
+		batch.Queue("commit")
+	}
+	// Then the claim, holding the batch row as briefly as can be. Its
+	// commit need not wait for the disk: a claim lost in a crash of the
+	// database leaves the row pending, and the worker that thought it held
+	// it has its result refused by the fence, so the row is redone.
+	batch.Queue("begin")
+	batch.Queue("set local synchronous_commit to off")
 	batch.Queue(lockBatch, s.batch.ID)
 	if in.PauseFor > 0 || in.OpenFor > 0 {
 		batch.Queue(reportBackpressure, s.batch.ID, in.PauseFor.Milliseconds()+1, in.OpenFor.Milliseconds()+1, channel(s.batch.ID))
-	}
-	if len(in.Done) > 0 {
-		batch.Queue(complete, completionArgs(s.batch.ID, s.owner, in.Done)...)
 	}
 	if in.Want > 0 {
 		batch.Queue(claim, s.batch.ID, in.Want, s.owner, s.lease.Milliseconds(), in.Fallback)
@@ -264,20 +280,14 @@ func (s *Session) Cycle(ctx context.Context, in CycleIn) (CycleOut, error) {
 	if in.AskRemaining {
 		batch.Queue(remaining, s.batch.ID)
 	}
+	batch.Queue("commit")
 	br := s.db.Pool.SendBatch(ctx, batch)
 	defer br.Close()
 
-	var pausedMs, openMs float64
-	if err := br.QueryRow().Scan(&pausedMs, &openMs); err != nil {
-		return out, err
-	}
-	out.Paused, out.Open = msDuration(pausedMs), msDuration(openMs)
-	if in.PauseFor > 0 || in.OpenFor > 0 {
+	if len(in.Done) > 0 {
 		if _, err := br.Exec(); err != nil {
 			return out, err
 		}
-	}
-	if len(in.Done) > 0 {
 		rows, err := br.Query()
 		if err != nil {
 			return out, err
@@ -300,6 +310,25 @@ func (s *Session) Cycle(ctx context.Context, in CycleIn) (CycleOut, error) {
 			if !written[c.Seq] {
 				out.Discarded = append(out.Discarded, c)
 			}
+		}
+		if _, err := br.Exec(); err != nil {
+			return out, err
+		}
+		out.DoneCommitted = true
+	}
+	for range 2 {
+		if _, err := br.Exec(); err != nil {
+			return out, err
+		}
+	}
+	var pausedMs, openMs float64
+	if err := br.QueryRow().Scan(&pausedMs, &openMs); err != nil {
+		return out, err
+	}
+	out.Paused, out.Open = msDuration(pausedMs), msDuration(openMs)
+	if in.PauseFor > 0 || in.OpenFor > 0 {
+		if _, err := br.Exec(); err != nil {
+			return out, err
 		}
 	}
 	if in.Want > 0 {
@@ -325,8 +354,9 @@ func (s *Session) Cycle(ctx context.Context, in CycleIn) (CycleOut, error) {
 			return out, err
 		}
 	}
-	// Close ends the implicit transaction: only then are the claims and
-	// results committed.
+	if _, err := br.Exec(); err != nil {
+		return out, err
+	}
 	if err := br.Close(); err != nil {
 		return out, err
 	}

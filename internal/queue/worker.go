@@ -205,9 +205,11 @@ func (w *Worker) Run(ctx context.Context, p *engine.Pipeline, g *resilience.Guar
 		}
 		pendingRows = pendingRows[:0]
 
+		// The rows written in this cycle free their places for the claim
+		// that follows them in the same round trip.
 		want := 0
 		if !stopped {
-			want = w.cfg.Capacity - held
+			want = w.cfg.Capacity - (held - len(pending))
 		}
 		pauseFor, openFor := w.backpressure()
 		if stopped && held == 0 {
@@ -229,6 +231,11 @@ func (w *Worker) Run(ctx context.Context, p *engine.Pipeline, g *resilience.Guar
 		askRemaining := w.cfg.ExitWhenDone && held == len(pending) && want > 0
 		in := CycleIn{Done: pending, Want: want, PauseFor: pauseFor, OpenFor: openFor, Fallback: w.cfg.Fallback, AskRemaining: askRemaining}
 		out, err := w.s.Cycle(bg, in)
+		if err != nil && out.DoneCommitted {
+			w.account(pending, out)
+			held -= len(pending)
+			pending = pending[:0]
+		}
 		if err != nil {
 			if !retryable(err) {
 				stop(engine.StopInterrupted)

@@ -31,7 +31,7 @@ create table hfsent.batch (
 -- push: one row per file pushed, so that pushing the same file again is
 -- recognised (by its SHA-256) and does nothing.
 create table hfsent.push (
-    batch_id  bigint not null references hfsent.batch (id) on delete cascade,
+    batch_id  bigint not null,
     digest    text not null,
     source    text not null,
     first_seq bigint not null,
@@ -43,14 +43,14 @@ create table hfsent.push (
 -- push_lock: pushes into one batch take turns on this row (never on the
 -- batch row, which claims lock).
 create table hfsent.push_lock (
-    batch_id bigint primary key references hfsent.batch (id) on delete cascade
+    batch_id bigint primary key
 );
 
 -- client: the clients of a batch (the values of --client-column), which a
 -- claim walks to rank each one's first pending rows; among clients with as
 -- many rows running, the one served longest ago goes first.
 create table hfsent.client (
-    batch_id  bigint not null references hfsent.batch (id) on delete cascade,
+    batch_id  bigint not null,
     client    text not null,
     served_at timestamptz,
     primary key (batch_id, client)
@@ -58,7 +58,7 @@ create table hfsent.client (
 
 -- input: what was pushed, never updated.
 create table hfsent.input (
-    batch_id   bigint not null references hfsent.batch (id) on delete cascade,
+    batch_id   bigint not null,
     seq        bigint not null,
     request_id text not null,
     text       text not null,
@@ -70,7 +70,7 @@ create table hfsent.input (
 -- to lease_owner until lease_until), done (its result is in result).
 -- attempt counts claims; completion is fenced on (state, owner, attempt).
 create table hfsent.item (
-    batch_id     bigint not null references hfsent.batch (id) on delete cascade,
+    batch_id     bigint not null,
     seq          bigint not null,
     client       text not null default '',
     state        text not null check (state in ('pending', 'running', 'done')),
@@ -91,7 +91,7 @@ create index item_running on hfsent.item (batch_id, lease_until) where state = '
 -- are milliseconds since the batch's first claim, by the database clock,
 -- as classify's are since its start.
 create table hfsent.result (
-    batch_id    bigint not null references hfsent.batch (id) on delete cascade,
+    batch_id    bigint not null,
     seq         bigint not null,
     outcome     text not null,
     label       text not null default '',
@@ -108,12 +108,9 @@ create table hfsent.result (
     primary key (batch_id, seq)
 );
 
--- queue status: the rate over the last minute.
-create index result_finished on hfsent.result (batch_id, finished_at);
-
 -- worker: the workers seen, for queue status.
 create table hfsent.worker (
-    batch_id   bigint not null references hfsent.batch (id) on delete cascade,
+    batch_id   bigint not null,
     id         text not null,
     host       text not null,
     pid        int not null,
