@@ -22,7 +22,7 @@ classify_rps=$(echo "$rows / ($end - $start)" | bc -l)
 start=$(date +%s.%N)
 pids=()
 for i in $(seq "$workers"); do
-  "$work/hfsent" worker --db "$db" --batch bench --endpoint "$ep" -c $((cap / workers)) --retries 0 --no-dedupe \
+  "$work/hfsent" worker --db "$db${DBOPTS:-}" --batch bench --endpoint "$ep" -c $((cap / workers)) --retries 0 --no-dedupe \
     --exit-when-done --no-progress --log-level warn 2>"$work/w$i.log" &
   pids+=($!)
 done

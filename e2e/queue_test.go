@@ -489,6 +489,9 @@ func TestQueueDatabaseGoesAway(t *testing.T) {
 	if !strings.Contains(w.stderr.String(), "database unreachable") {
 		t.Fatalf("the worker never noticed the database was gone:\n%s", w.stderr.String())
 	}
+	if strings.Contains(w.stderr.String(), "result discarded") {
+		t.Fatalf("the worker discarded its own results after the database came back:\n%s", w.stderr.String())
+	}
 	checkOnceEach(t, exportRows(t, db, "away"), idsOf(rows))
 	for text, n := range fake.Seen() {
 		if n > 1 {

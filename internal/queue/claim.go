@@ -61,6 +61,10 @@ type CycleIn struct {
 	Fallback bool
 	// AskRemaining asks whether the batch has rows pending or running.
 	AskRemaining bool
+	// Reconcile gives back the rows leased to this worker that it does not
+	// hold (Held): claims committed in a round trip whose answer was lost.
+	Reconcile bool
+	Held      []int64
 }
 
 // CycleOut is what one cycle did and saw.
@@ -157,7 +161,15 @@ res as (
 		queued_ms = excluded.queued_ms, started_ms = excluded.started_ms, finished_ms = excluded.finished_ms,
 		finished_at = excluded.finished_at, worker = excluded.worker
 )
-select seq from upd`
+select seq from upd
+union all
+-- Rows this worker already finished: a round trip whose answer was lost
+-- (the connection dropped at its commit) is sent again; those results are
+-- in, not refused.
+select d.seq from d
+join hfsent.item i on i.batch_id = $1 and i.seq = d.seq and i.state = 'done'
+join hfsent.result r on r.batch_id = $1 and r.seq = d.seq and r.worker = $15
+where d.action = 'done' and d.seq not in (select seq from upd)`
 
 // claim is the second statement: in a snapshot taken after the batch row
 // is locked, it counts the rows running under an unexpired lease (in all
@@ -173,7 +185,7 @@ select seq from upd`
 const claim = `
 with t as (select clock_timestamp() as now),
 b as (
-	select batch.global_cap, batch.client_cap, batch.global_rps, batch.started_at,
+	select batch.global_cap, batch.client_cap, batch.global_rps, batch.started_at, batch.client_column,
 	       (batch.paused_until > t.now) or (not $5::bool and batch.breaker_open_until > t.now) as held,
 	       case when batch.global_rps is null then null
 	            else least(greatest(batch.global_rps, 1), batch.tokens + batch.global_rps * extract(epoch from t.now - batch.tokens_at)) end as avail
@@ -213,7 +225,7 @@ pick as (
 ),
 served as (
 	update hfsent.client c set served_at = t.now
-	from t where c.batch_id = $1 and c.client in (select client from pick)
+	from t, b where b.client_column is not null and c.batch_id = $1 and c.client in (select client from pick)
 ),
 claimed as (
 	update hfsent.item i set state = 'running', attempt = i.attempt + 1, lease_owner = $3,
@@ -271,8 +283,12 @@ func (s *Session) Cycle(ctx context.Context, in CycleIn) (CycleOut, error) {
 	batch.Queue("begin")
 	batch.Queue("set local synchronous_commit to off")
 	batch.Queue(lockBatch, s.batch.ID)
+	if in.Reconcile {
+		batch.Queue(`update hfsent.item set state = 'pending', attempt = attempt - 1, lease_owner = null, lease_until = null
+			where batch_id = $1 and state = 'running' and lease_owner = $2 and seq <> all($3::bigint[])`, s.batch.ID, s.owner, in.Held)
+	}
 	if in.PauseFor > 0 || in.OpenFor > 0 {
-		batch.Queue(reportBackpressure, s.batch.ID, in.PauseFor.Milliseconds()+1, in.OpenFor.Milliseconds()+1, channel(s.batch.ID))
+		batch.Queue(reportBackpressure, s.batch.ID, ceilMs(in.PauseFor), ceilMs(in.OpenFor), channel(s.batch.ID))
 	}
 	if in.Want > 0 {
 		batch.Queue(claim, s.batch.ID, in.Want, s.owner, s.lease.Milliseconds(), in.Fallback)
@@ -326,6 +342,11 @@ func (s *Session) Cycle(ctx context.Context, in CycleIn) (CycleOut, error) {
 		return out, err
 	}
 	out.Paused, out.Open = msDuration(pausedMs), msDuration(openMs)
+	if in.Reconcile {
+		if _, err := br.Exec(); err != nil {
+			return out, err
+		}
+	}
 	if in.PauseFor > 0 || in.OpenFor > 0 {
 		if _, err := br.Exec(); err != nil {
 			return out, err
@@ -363,6 +384,14 @@ func (s *Session) Cycle(ctx context.Context, in CycleIn) (CycleOut, error) {
 	return out, nil
 }
 
+// ceilMs is d in whole milliseconds, rounded up (0 stays 0).
+func ceilMs(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
+}
+
 func msDuration(ms float64) time.Duration {
 	if ms <= 0 || math.IsNaN(ms) {
 		return 0
@@ -385,14 +414,16 @@ func completionArgs(batchID int64, owner string, done []Completion) []any {
 	return []any{batchID, seq, attempt, action, oc, label, score, model, attempts, lat, errs, wait, total, delay, owner}
 }
 
-// Heartbeat renews this session's leases, records that the worker is alive,
+// Heartbeat renews the leases of the rows this worker holds (held: a claim
+// whose answer was lost is not renewed, so it expires and is redone),
+// records that the worker is alive,
 // and rescues rows whose lease expired under any worker: back to pending
 // after a backoff, or, once their attempts are used up, done with their
 // last failure (or upstream_failed when they never got one).
-func (s *Session) Heartbeat(ctx context.Context, host string, pid int) (renewed, rescued, exhausted int64, err error) {
+func (s *Session) Heartbeat(ctx context.Context, host string, pid int, held []int64) (renewed, rescued, exhausted int64, err error) {
 	b := &pgx.Batch{}
 	b.Queue(`update hfsent.item set lease_until = clock_timestamp() + $3 * interval '1 millisecond'
-		where batch_id = $1 and state = 'running' and lease_owner = $2`, s.batch.ID, s.owner, s.lease.Milliseconds())
+		where batch_id = $1 and seq = any($4::bigint[]) and state = 'running' and lease_owner = $2`, s.batch.ID, s.owner, s.lease.Milliseconds(), held)
 	b.Queue(`insert into hfsent.worker (batch_id, id, host, pid) values ($1, $2, $3, $4)
 		on conflict (batch_id, id) do update set seen_at = clock_timestamp()`, s.batch.ID, s.owner, host, pid)
 	b.Queue(rescue, s.batch.ID, channel(s.batch.ID))

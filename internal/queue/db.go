@@ -63,6 +63,11 @@ func Open(ctx context.Context, url string) (*DB, error) {
 		cfg.ConnConfig.ConnectTimeout = 5 * time.Second
 	}
 	cfg.ConnConfig.RuntimeParams["application_name"] = "hfsent"
+	// The claim is one complex statement run thousands of times a second:
+	// planning it each time would cost more than running it.
+	if _, ok := cfg.ConnConfig.RuntimeParams["plan_cache_mode"]; !ok {
+		cfg.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_generic_plan"
+	}
 	// A worker holds one connection for its cycle, one for its heartbeat
 	// and one for LISTEN; push and export hold one.
 	if cfg.MaxConns < 4 {

@@ -283,7 +283,7 @@ func TestFencedCompletionAfterRescue(t *testing.T) {
 	}
 	time.Sleep(400 * time.Millisecond)
 	bs := db.NewSession(b, "B", 30*time.Second)
-	_, rescued, exhausted, err := bs.Heartbeat(ctx, "h", 1)
+	_, rescued, exhausted, err := bs.Heartbeat(ctx, "h", 1, nil)
 	if err != nil || rescued != 2 || exhausted != 0 {
 		t.Fatalf("rescue: %d back, %d exhausted, %v", rescued, exhausted, err)
 	}
@@ -351,7 +351,7 @@ func TestRescueUsesUpAttempts(t *testing.T) {
 	}
 	time.Sleep(300 * time.Millisecond)
 	other := db.NewSession(b, "o", time.Second)
-	_, back, exhausted, err := other.Heartbeat(ctx, "h", 1)
+	_, back, exhausted, err := other.Heartbeat(ctx, "h", 1, nil)
 	if err != nil || back != 1 || exhausted != 1 {
 		t.Fatalf("rescue: %d back, %d exhausted, %v", back, exhausted, err)
 	}

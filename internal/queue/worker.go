@@ -51,6 +51,8 @@ type WorkerStats struct {
 	Retried   int64 // rows put back for a later attempt after a failure
 	GivenBack int64 // rows put back unstarted (interrupt, stop)
 	Discarded int64 // results the fence refused (the lease had passed on)
+	Cycles    int64 // round trips to the database (results and claims)
+	CycleTime time.Duration
 	Counts    map[outcome.Code]int64
 	Active    int64 // rows held now
 }
@@ -68,6 +70,7 @@ type Worker struct {
 
 	mu    sync.Mutex
 	stats WorkerStats
+	held  map[int64]struct{} // seqs claimed and not yet written, for the heartbeat
 }
 
 // NewWorker prepares a worker on session s.
@@ -85,7 +88,7 @@ func NewWorker(s *Session, cfg WorkerConfig) *Worker {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	return &Worker{s: s, cfg: cfg, log: cfg.Logger, wake: make(chan struct{}, 1),
-		stats: WorkerStats{Counts: map[outcome.Code]int64{}}}
+		stats: WorkerStats{Counts: map[outcome.Code]int64{}}, held: map[int64]struct{}{}}
 }
 
 // Tune sets the hooks through which the guarded classifier tells the
@@ -129,6 +132,18 @@ type finished struct {
 	res results.Row
 }
 
+// maxCycles is how many round trips a worker keeps in flight at once: a
+// row that finishes while one is on its way goes in the next at once,
+// rather than wait for it to come back.
+const maxCycles = 1
+
+// cycleDone is a round trip that came back.
+type cycleDone struct {
+	in  CycleIn
+	out CycleOut
+	err error
+}
+
 // Run claims rows, feeds them through p (whose classifier is g, or nil when
 // it is not a guarded one) and writes their results until ctx ends, the
 // pipeline stops for good (a provider that cannot serve: p.StopReason), or,
@@ -147,49 +162,108 @@ func (w *Worker) Run(ctx context.Context, p *engine.Pipeline, g *resilience.Guar
 	defer stopHB()
 
 	done := make(chan finished, w.cfg.Capacity)
-	held := 0
-	var pending []Completion
-	var pendingRows []finished
-	stopped := false
-	var stopAt time.Time
-	var failStreak int
-	emptyWait := false
-
+	cycles := make(chan cycleDone, maxCycles)
+	var (
+		held         int // rows claimed and not yet written
+		pending      []Completion
+		inflight     int // round trips on their way
+		inflightDone int // results they carry
+		inflightWant int // rows they may claim
+		stopped      bool
+		stopAt       time.Time
+		failStreak   int
+		nextTry      time.Time // after a failed round trip
+		emptyWait    bool      // the last claim found nothing: wait to poll
+		reconcile    bool      // a claim's answer was lost: give back what it took
+		fatal        error
+	)
 	stop := func(reason engine.StopReason) {
 		if !stopped {
-			stopped = true
-			stopAt = time.Now()
+			stopped, stopAt = true, time.Now()
 			p.Stop(reason)
 		}
 	}
-	drain := func(block bool, timeout time.Duration) {
-		var timer <-chan time.Time
-		if block {
-			if timeout > 0 {
-				t := time.NewTimer(timeout)
-				defer t.Stop()
-				timer = t.C
-			}
-			var ctxDone, pStopped <-chan struct{}
-			if !stopped {
-				ctxDone, pStopped = ctx.Done(), p.Stopped()
-			}
-			select {
-			case f := <-done:
-				pendingRows = append(pendingRows, f)
-			case <-w.wake:
-			case <-timer:
-			case <-ctxDone:
-			case <-pStopped:
-			}
+	launch := func(in CycleIn) {
+		inflight++
+		inflightDone += len(in.Done)
+		inflightWant += in.Want
+		go func() {
+			t0 := time.Now()
+			out, err := w.s.Cycle(bg, in)
+			w.mu.Lock()
+			w.stats.Cycles++
+			w.stats.CycleTime += time.Since(t0)
+			w.mu.Unlock()
+			cycles <- cycleDone{in, out, err}
+		}()
+	}
+	landed := func(c cycleDone) {
+		inflight--
+		inflightDone -= len(c.in.Done)
+		inflightWant -= c.in.Want
+		if c.err != nil && c.out.DoneCommitted {
+			w.account(c.in.Done, c.out)
+			held -= len(c.in.Done)
+		} else if c.err != nil {
+			// Kept, to be sent again: the results were not committed.
+			pending = append(c.in.Done, pending...)
+			w.requeueBackpressure(c.in.PauseFor, c.in.OpenFor)
 		}
-		for {
-			select {
-			case f := <-done:
-				pendingRows = append(pendingRows, f)
-			default:
+		if c.err != nil && (c.in.Want > 0 || c.in.Reconcile) {
+			// The claim may have been committed with its answer lost.
+			reconcile = true
+		}
+		if c.err == nil && c.in.Reconcile {
+			reconcile = false
+		}
+		if c.err != nil {
+			if !retryable(c.err) {
+				fatal = fmt.Errorf("the database refused a claim or a result (%s); the results not written are redone after their lease", summarise(c.err))
+				stop(engine.StopInterrupted)
 				return
 			}
+			failStreak++
+			d := backoff(failStreak)
+			nextTry = time.Now().Add(d)
+			w.log.Warn("database unreachable; keeping the results and retrying", "in", d.Round(time.Millisecond), "results_waiting", len(pending), "err", summarise(c.err))
+			return
+		}
+		if failStreak > 0 {
+			w.log.Info("database reachable again")
+			failStreak = 0
+		}
+		w.account(c.in.Done, c.out)
+		held -= len(c.in.Done)
+		if g != nil {
+			if c.out.Paused > 0 {
+				g.PauseUntil(time.Now().Add(c.out.Paused))
+			}
+			if c.out.Open > 0 {
+				g.OpenUntil(time.Now().Add(c.out.Open))
+			}
+		}
+		if len(c.out.Claimed) > 0 {
+			emptyWait = false
+			now := time.Now()
+			w.mu.Lock()
+			w.stats.Claimed += int64(len(c.out.Claimed))
+			for _, cl := range c.out.Claimed {
+				w.held[cl.Seq] = struct{}{}
+			}
+			w.mu.Unlock()
+			for _, cl := range c.out.Claimed {
+				held++
+				p.Submit(&engine.Job{Row: input.Row{Seq: cl.Seq, ID: cl.RequestID, Text: cl.Text}, At: now,
+					Done: func(res results.Row) { done <- finished{cl, res} }})
+			}
+		} else if c.in.Want > 0 {
+			if c.in.AskRemaining && !c.out.Remaining {
+				w.log.Info("the batch has nothing pending or running: done")
+				// Stopping for no reason: nothing is held, nothing is cut.
+				stop(engine.StopNone)
+				return
+			}
+			emptyWait = true
 		}
 	}
 
@@ -200,99 +274,101 @@ func (w *Worker) Run(ctx context.Context, p *engine.Pipeline, g *resilience.Guar
 		if !stopped && p.StopReason() != engine.StopNone {
 			stopped, stopAt = true, time.Now()
 		}
-		for _, f := range pendingRows {
-			pending = append(pending, w.completion(f))
+		if fatal != nil && inflight == 0 {
+			return fatal
 		}
-		pendingRows = pendingRows[:0]
-
-		// The rows written in this cycle free their places for the claim
-		// that follows them in the same round trip.
-		want := 0
-		if !stopped {
-			want = w.cfg.Capacity - (held - len(pending))
-		}
-		pauseFor, openFor := w.backpressure()
-		if stopped && held == 0 {
-			if len(pending) == 0 && pauseFor == 0 && openFor == 0 {
-				return nil
-			}
-		}
-		if len(pending) == 0 && want == 0 && pauseFor == 0 && openFor == 0 {
-			drain(true, 0)
-			continue
-		}
-		if emptyWait && len(pending) == 0 && pauseFor == 0 && openFor == 0 {
-			// The last claim came back empty: wait for a row of ours to
-			// finish, a notification, or the poll.
-			emptyWait = false
-			drain(true, jitter(w.cfg.Poll))
-			continue
-		}
-		askRemaining := w.cfg.ExitWhenDone && held == len(pending) && want > 0
-		in := CycleIn{Done: pending, Want: want, PauseFor: pauseFor, OpenFor: openFor, Fallback: w.cfg.Fallback, AskRemaining: askRemaining}
-		out, err := w.s.Cycle(bg, in)
-		if err != nil && out.DoneCommitted {
-			w.account(pending, out)
-			held -= len(pending)
-			pending = pending[:0]
-		}
-		if err != nil {
-			if !retryable(err) {
-				stop(engine.StopInterrupted)
-				return fmt.Errorf("the database refused a claim or a result (%s); %d results not written, their rows are redone after their lease", summarise(err), len(pending))
-			}
-			failStreak++
-			if stopped && time.Since(stopAt) > w.cfg.WriteGrace {
-				w.log.Error("the database is still unreachable; giving up on the results not written: their rows are redone after their lease", "results", len(pending))
-				return fmt.Errorf("%d results could not be written: %s", len(pending), summarise(err))
-			}
-			d := backoff(failStreak)
-			w.log.Warn("database unreachable; keeping the results and retrying", "in", d.Round(time.Millisecond), "results_waiting", len(pending), "err", summarise(err))
-			// Keep reporting the backpressure next time.
-			w.requeueBackpressure(pauseFor, openFor)
-			sleepOrDone(hbCtx, d, done, &pendingRows)
-			continue
-		}
-		if failStreak > 0 {
-			w.log.Info("database reachable again")
-			failStreak = 0
-		}
-		w.account(pending, out)
-		held -= len(pending)
-		pending = pending[:0]
-		if g != nil {
-			if out.Paused > 0 {
-				g.PauseUntil(time.Now().Add(out.Paused))
-			}
-			if out.Open > 0 {
-				g.OpenUntil(time.Now().Add(out.Open))
-			}
-		}
-		if len(out.Claimed) > 0 {
-			now := time.Now()
-			w.mu.Lock()
-			w.stats.Claimed += int64(len(out.Claimed))
-			w.mu.Unlock()
-			for _, c := range out.Claimed {
-				held++
-				c := c
-				p.Submit(&engine.Job{Row: input.Row{Seq: c.Seq, ID: c.RequestID, Text: c.Text}, At: now,
-					Done: func(res results.Row) { done <- finished{c, res} }})
-			}
-		} else if want > 0 {
-			if askRemaining && !out.Remaining {
-				w.log.Info("the batch has nothing pending or running: done")
-				// Stopping for no reason: nothing is held, nothing is cut.
-				stop(engine.StopNone)
-				continue
-			}
-			emptyWait = true
+		if stopped && failStreak > 0 && time.Since(stopAt) > w.cfg.WriteGrace && inflight == 0 {
+			w.log.Error("the database is still unreachable; giving up on the results not written: their rows are redone after their lease", "results", len(pending))
+			return fmt.Errorf("%d results could not be written: the database is unreachable", len(pending))
 		}
 		w.mu.Lock()
 		w.stats.Active = int64(held)
 		w.mu.Unlock()
-		drain(false, 0)
+
+		// Rows not yet committed as written, nor on their way to be.
+		open := held - len(pending) - inflightDone
+		want := 0
+		if !stopped && fatal == nil {
+			want = max(0, w.cfg.Capacity-open-inflightWant)
+		}
+		pauseFor, openFor := w.peekBackpressure()
+		if stopped && held == 0 && inflight == 0 && len(pending) == 0 && pauseFor == 0 && openFor == 0 {
+			return nil
+		}
+		claimOnly := want > 0 && !emptyWait && inflightWant == 0
+		if inflight < maxCycles && !time.Now().Before(nextTry) && fatal == nil &&
+			(len(pending) > 0 || pauseFor > 0 || openFor > 0 || claimOnly) {
+			pauseFor, openFor = w.backpressure()
+			askRemaining := w.cfg.ExitWhenDone && want > 0 && inflight == 0 && open == 0
+			if len(pending) == 0 && !claimOnly {
+				want = 0
+			}
+			in := CycleIn{Done: pending, Want: want, PauseFor: pauseFor, OpenFor: openFor,
+				Fallback: w.cfg.Fallback, AskRemaining: askRemaining}
+			if reconcile && inflight == 0 {
+				in.Reconcile, in.Held = true, w.heldSeqs()
+			}
+			launch(in)
+			pending = nil
+			continue
+		}
+
+		// Wait for something to do.
+		var timer <-chan time.Time
+		var t *time.Timer
+		switch {
+		case time.Now().Before(nextTry):
+			t = time.NewTimer(time.Until(nextTry))
+			timer = t.C
+		case emptyWait && inflight == 0 && !stopped:
+			t = time.NewTimer(jitter(w.cfg.Poll))
+			timer = t.C
+		}
+		var ctxDone, pStopped <-chan struct{}
+		if !stopped {
+			ctxDone, pStopped = ctx.Done(), p.Stopped()
+		}
+		select {
+		case f := <-done:
+			pending = append(pending, w.completion(f))
+		case c := <-cycles:
+			landed(c)
+		case <-w.wake:
+			emptyWait = false
+		case <-timer:
+			emptyWait = false
+		case <-ctxDone:
+		case <-pStopped:
+		}
+		if t != nil {
+			t.Stop()
+		}
+		// Take whatever else is ready, so a round trip carries it all.
+	drain:
+		for {
+			select {
+			case f := <-done:
+				pending = append(pending, w.completion(f))
+			case c := <-cycles:
+				landed(c)
+			default:
+				break drain
+			}
+		}
 	}
+}
+
+// peekBackpressure reports whether this process has backpressure to
+// report, without taking it.
+func (w *Worker) peekBackpressure() (pause, open time.Duration) {
+	now := time.Now().UnixNano()
+	if u := w.pauseUntil.Load(); u > now {
+		pause = time.Duration(u - now)
+	}
+	if u := w.openUntil.Load(); u > now {
+		open = time.Duration(u - now)
+	}
+	return pause, open
 }
 
 // backpressure takes what this process saw since the last cycle.
@@ -345,14 +421,19 @@ func (w *Worker) completion(f finished) Completion {
 func (w *Worker) account(sent []Completion, out CycleOut) {
 	discarded := map[int64]bool{}
 	for _, d := range out.Discarded {
+		if d.Action == GiveBack {
+			// Given back already, in a round trip whose answer was lost.
+			continue
+		}
 		discarded[d.Seq] = true
 		w.log.Warn("result discarded: the row's lease passed to another worker (this one stalled or lost the database past its lease)",
 			"seq", d.Seq, "attempt", d.Attempt, "outcome", d.Outcome)
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.stats.Discarded += int64(len(out.Discarded))
+	w.stats.Discarded += int64(len(discarded))
 	for _, c := range sent {
+		delete(w.held, c.Seq)
 		if discarded[c.Seq] {
 			continue
 		}
@@ -371,13 +452,24 @@ func (w *Worker) account(sent []Completion, out CycleOut) {
 	}
 }
 
+// heldSeqs lists the rows this worker holds.
+func (w *Worker) heldSeqs() []int64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := make([]int64, 0, len(w.held))
+	for seq := range w.held {
+		out = append(out, seq)
+	}
+	return out
+}
+
 // heartbeat renews the leases every lease/3 and rescues expired ones.
 func (w *Worker) heartbeat(ctx context.Context) {
 	every := max(w.s.lease/3, 10*time.Millisecond)
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
-		renewed, rescued, exhausted, err := w.s.Heartbeat(ctx, w.cfg.Host, w.cfg.PID)
+		renewed, rescued, exhausted, err := w.s.Heartbeat(ctx, w.cfg.Host, w.cfg.PID, w.heldSeqs())
 		switch {
 		case err != nil && ctx.Err() == nil:
 			w.log.Warn("heartbeat failed; retrying", "err", summarise(err))
@@ -474,20 +566,4 @@ func rowBackoff(attempt int) time.Duration {
 
 func jitter(d time.Duration) time.Duration {
 	return d/2 + time.Duration(rand.Int64N(int64(d)+1))
-}
-
-// sleepOrDone waits d, collecting finished rows meanwhile.
-func sleepOrDone(ctx context.Context, d time.Duration, done <-chan finished, into *[]finished) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	for {
-		select {
-		case f := <-done:
-			*into = append(*into, f)
-		case <-t.C:
-			return
-		case <-ctx.Done():
-			return
-		}
-	}
 }
