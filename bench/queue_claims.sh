@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# Claims per second: WORKERS workers (default 4) of -c CONC (default 32)
+# Claims per second: WORKERS workers (default 4) of -c CONC (default 64)
 # take ROWS rows (default 100,000) through a fake provider that answers at
 # once, under a global cap of WORKERS×CONC. Every row is one claim, one call
 # and one fenced result: rows/s is the queue's own rate.
 #   bench/queue_claims.sh [ROWS]
 set -euo pipefail
 rows=${1:-100000}
-workers=${WORKERS:-4}; conc=${CONC:-32}
+workers=${WORKERS:-4}; conc=${CONC:-64}
 source "$(dirname "$0")/lib.sh"
 new_db
 gen_csv "$rows" "$work/in.csv" "review"
