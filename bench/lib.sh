@@ -4,11 +4,22 @@
 #   gen_csv N FILE [TEXT]   N rows "r<i>,<TEXT> <i>" under a header
 #   start_fake FLAGS...     runs bench/fakeprovider; its address is $(fake_addr)
 #   stop_fake
+#   new_db                  creates a PostgreSQL database for the run (on
+#                           $HFSENT_BENCH_DATABASE_URL, default the local
+#                           server as user postgres), sets $db to its URL,
+#                           and drops it on exit
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 export PATH="$PATH:/usr/local/go/bin"
 work=$(mktemp -d)
 fake_pid=""
-trap '[[ -n $fake_pid ]] && kill "$fake_pid" 2>/dev/null; rm -rf "$work"' EXIT
+db=""
+db_name=""
+bench_cleanup() {
+  [[ -n $fake_pid ]] && kill "$fake_pid" 2>/dev/null
+  [[ -n $db_name ]] && psql "$db_admin" -qc "drop database if exists $db_name with (force)" >/dev/null 2>&1
+  rm -rf "$work"
+}
+trap bench_cleanup EXIT
 
 # HFSENT_BIN runs another build of hfsent (an earlier commit's, to compare
 # before and after in one sitting); by default this tree is built.
@@ -33,3 +44,10 @@ start_fake() {
 stop_fake() { kill "$fake_pid"; wait "$fake_pid" 2>/dev/null || true; fake_pid=""; }
 
 fake_addr() { cat "$work/addr"; }
+
+db_admin=${HFSENT_BENCH_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/postgres}
+new_db() {
+  db_name="hfsent_bench_$$"
+  psql "$db_admin" -qc "create database $db_name" >/dev/null
+  db="${db_admin%/*}/$db_name"
+}

@@ -164,6 +164,17 @@ func (r *Reader) columns(header []string) error {
 		return &Error{Name: o.Name, Line: 1, Msg: msg}
 	}
 	r.idIdx, r.textIdx = ids[0]-1, texts[0]-1
+	if o.ClientColumn != "" {
+		at := positions(names, o.ClientColumn)
+		switch {
+		case len(at) == 0:
+			return &Error{Name: o.Name, Line: 1, Msg: "header has no client column " + quote(o.ClientColumn) + " (--client-column" + suggest(o.ClientColumn, names) + "); columns found: " + describeHeader(header)}
+		case len(at) > 1:
+			return &Error{Name: o.Name, Line: 1, Msg: fmt.Sprintf("header has the client column %q %d times, at columns %s (counting from 1): rename all but one, or choose another column with --client-column",
+				o.ClientColumn, len(at), joinInts(at))}
+		}
+		r.clientIdx = at[0] - 1
+	}
 	return nil
 }
 

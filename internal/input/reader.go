@@ -30,6 +30,8 @@ type Row struct {
 	Line int   // line where the record starts
 	ID   string
 	Text string
+	// Client is the value of Options.ClientColumn (queue push), "" without one.
+	Client string
 	// Problem is set when the record's shape makes it invalid (more fields
 	// than the header); such a row is recorded invalid_input, never sent.
 	Problem string
@@ -41,6 +43,9 @@ type Options struct {
 	Name       string // shown in errors: a path, or "stdin"
 	IDColumn   string
 	TextColumn string
+	// ClientColumn, when set, names a third column that must be there too
+	// (queue push --client-column); its value is Row.Client.
+	ClientColumn string
 	// Delimiter separates fields; 0 sniffs it from the header line among
 	// comma, semicolon, tab and pipe.
 	Delimiter rune
@@ -79,17 +84,18 @@ func (e *Error) Error() string {
 
 // Reader yields rows one at a time; it holds one record in memory.
 type Reader struct {
-	opts     Options
-	cr       *csv.Reader
-	delim    rune
-	sniffed  bool
-	encoding string
-	idIdx    int
-	textIdx  int
-	nfields  int
-	seq      int64
-	peeked   *Row
-	err      error
+	opts      Options
+	cr        *csv.Reader
+	delim     rune
+	sniffed   bool
+	encoding  string
+	idIdx     int
+	textIdx   int
+	clientIdx int
+	nfields   int
+	seq       int64
+	peeked    *Row
+	err       error
 }
 
 // NewReader reads the header and the first record, so that an empty file, a
@@ -114,7 +120,7 @@ func NewReader(r io.Reader, opts Options) (*Reader, error) {
 	}
 	br := bufio.NewReaderSize(transform.NewReader(src, t), 64<<10)
 
-	rd := &Reader{opts: opts, delim: opts.Delimiter, encoding: used, idIdx: -1, textIdx: -1}
+	rd := &Reader{opts: opts, delim: opts.Delimiter, encoding: used, idIdx: -1, textIdx: -1, clientIdx: -1}
 	if rd.delim == 0 {
 		rd.delim, rd.sniffed = sniffDelimiter(peekHeader(br), opts.IDColumn, opts.TextColumn), true
 	}
@@ -189,6 +195,9 @@ func (r *Reader) read() (Row, error) {
 		text = rec[r.textIdx]
 	}
 	row.ID, row.Text = detach(rec, id, text)
+	if r.clientIdx >= 0 && r.clientIdx < len(rec) {
+		row.Client = strings.Clone(rec[r.clientIdx])
+	}
 	if len(rec) > r.nfields {
 		row.Problem = fmt.Sprintf("line %d has %d fields, the header has %d", line, len(rec), r.nfields)
 	}

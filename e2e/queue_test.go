@@ -1,0 +1,715 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/csv"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/hfsent/hfsent/internal/fakehf"
+	"github.com/hfsent/hfsent/internal/queue/pgtest"
+)
+
+// qenv is the environment that points hfsent at the test's database.
+func qenv(db string) []string { return []string{"HFSENT_DB=" + db} }
+
+// worker is a running hfsent worker process.
+type worker struct {
+	cmd    *exec.Cmd
+	stderr *bytes.Buffer
+	done   chan struct{}
+	code   int
+}
+
+func startWorker(t *testing.T, db string, args ...string) *worker {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	cmd, stderr := hfsent(t, ctx, append([]string{"worker", "--no-progress"}, args...)...)
+	cmd.Env = append(cmd.Env, qenv(db)...)
+	w := &worker{cmd: cmd, stderr: stderr, done: make(chan struct{})}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		defer cancel()
+		_ = cmd.Wait()
+		w.code = cmd.ProcessState.ExitCode()
+		close(w.done)
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-w.done
+	})
+	return w
+}
+
+func (w *worker) wait(t *testing.T) int {
+	t.Helper()
+	select {
+	case <-w.done:
+		return w.code
+	case <-time.After(2 * time.Minute):
+		t.Fatalf("worker still running:\n%s", w.stderr.String())
+	}
+	return -1
+}
+
+// queueCSV writes rows {id, text, client} under the header
+// request_id,text,client.
+func queueCSV(t *testing.T, dir, name string, rows [][3]string) string {
+	t.Helper()
+	var b strings.Builder
+	w := csv.NewWriter(&b)
+	_ = w.Write([]string{"request_id", "text", "client"})
+	for _, r := range rows {
+		_ = w.Write(r[:])
+	}
+	w.Flush()
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func clientRows(client string, n int) [][3]string {
+	out := make([][3]string, n)
+	for i := range out {
+		out[i] = [3]string{fmt.Sprintf("%s-%04d", client, i), fmt.Sprintf("c=%s row %d is fine", client, i), client}
+	}
+	return out
+}
+
+func mustRun(t *testing.T, env []string, args ...string) result {
+	t.Helper()
+	r := runBin(t, env, args...)
+	if r.code != 0 {
+		t.Fatalf("hfsent %v: exit %d\n%s", args, r.code, r.stderr)
+	}
+	return r
+}
+
+// countDone reads how many rows of the batch are done.
+func countDone(t *testing.T, db, batch string) int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, err := pgx.Connect(ctx, db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(context.Background())
+	var n int
+	if err := c.QueryRow(ctx, `select count(*) from hfsent.item i join hfsent.batch b on b.id = i.batch_id
+		where b.name = $1 and i.state = 'done'`, batch).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func waitDone(t *testing.T, db, batch string, n int) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for countDone(t, db, batch) < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("batch %s never reached %d rows done", batch, n)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// exportRows exports the batch and parses it.
+func exportRows(t *testing.T, db, batch string) []map[string]string {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), "export.csv")
+	mustRun(t, qenv(db), "queue", "export", "--batch", batch, "-o", out)
+	return readResults(t, out)
+}
+
+// checkOnceEach asserts one success row per id, in the order given.
+func checkOnceEach(t *testing.T, rows []map[string]string, ids []string) {
+	t.Helper()
+	if len(rows) != len(ids) {
+		t.Fatalf("export has %d rows, want %d", len(rows), len(ids))
+	}
+	for i, r := range rows {
+		if r["request_id"] != ids[i] || r["outcome"] != "success" {
+			t.Fatalf("export row %d: %s %s (%s), want %s success", i, r["request_id"], r["outcome"], r["error"], ids[i])
+		}
+	}
+}
+
+func idsOf(rows [][3]string) []string {
+	out := make([]string, len(rows))
+	for i, r := range rows {
+		out[i] = r[0]
+	}
+	return out
+}
+
+// meter wraps the fake provider to count calls in flight in all and per
+// client (from the "c=NAME" the texts carry) and to note when each call
+// started.
+type meter struct {
+	fake *fakehf.Fake
+	h    http.Handler
+
+	mu            sync.Mutex
+	total, max    int
+	per, maxPer   map[string]int
+	starts        []time.Time
+	clientOfTexts func(texts []string) string
+}
+
+func newMeter(f *fakehf.Fake) (*meter, *httptest.Server) {
+	m := &meter{fake: f, h: fakehf.Handler(f), per: map[string]int{}, maxPer: map[string]int{}}
+	return m, httptest.NewServer(m)
+}
+
+func (m *meter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	var req struct {
+		Inputs json.RawMessage `json:"inputs"`
+	}
+	_ = json.Unmarshal(body, &req)
+	var text string
+	_ = json.Unmarshal(req.Inputs, &text)
+	client := ""
+	if f := strings.Fields(text); len(f) > 0 {
+		client = strings.TrimPrefix(f[0], "c=")
+	}
+	m.mu.Lock()
+	m.total++
+	m.per[client]++
+	m.max = max(m.max, m.total)
+	m.maxPer[client] = max(m.maxPer[client], m.per[client])
+	m.starts = append(m.starts, time.Now())
+	m.mu.Unlock()
+	defer func() {
+		m.mu.Lock()
+		m.total--
+		m.per[client]--
+		m.mu.Unlock()
+	}()
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	m.h.ServeHTTP(w, r)
+}
+
+// Three workers with -c 4 against a global cap of 6 and a client cap of 2:
+// the provider never sees more than 6 calls at once, nor more than 2 of one
+// client, and a client with 5 rows, pushed last, finishes while the two
+// with 500 still have hundreds to go.
+func TestQueueCapsAcrossWorkers(t *testing.T) {
+	db := pgtest.URL(t)
+	m, srv := newMeter(&fakehf.Fake{Latency: 20 * time.Millisecond, NoRecord: true})
+	defer srv.Close()
+	dir := t.TempDir()
+	rows := append(append(clientRows("big1", 500), clientRows("big2", 500)...), clientRows("small", 5)...)
+	in := queueCSV(t, dir, "in.csv", rows)
+	mustRun(t, qenv(db), "queue", "push", in, "--batch", "caps", "--global-cap", "6", "--client-column", "client", "--client-cap", "2", "--no-progress")
+	var ws []*worker
+	for range 3 {
+		ws = append(ws, startWorker(t, db, "--batch", "caps", "--endpoint", srv.URL, "-c", "4", "--retries", "0", "--exit-when-done"))
+	}
+	for i, w := range ws {
+		if code := w.wait(t); code != 0 {
+			t.Fatalf("worker %d: exit %d\n%s", i, code, w.stderr.String())
+		}
+	}
+	if m.max > 6 {
+		t.Fatalf("the provider saw %d calls at once; the global cap is 6", m.max)
+	}
+	if m.max < 5 {
+		t.Fatalf("the provider saw at most %d calls at once: the cap of 6 was never approached, so not tested", m.max)
+	}
+	for c, n := range m.maxPer {
+		if n > 2 {
+			t.Fatalf("client %s had %d calls at once; the client cap is 2", c, n)
+		}
+	}
+	got := exportRows(t, db, "caps")
+	checkOnceEach(t, got, idsOf(rows))
+	smallEnd := int64(0)
+	for _, r := range got[1000:] {
+		smallEnd = max(smallEnd, atoi(t, r["finished_ms"]))
+	}
+	after := 0
+	for _, r := range got[:1000] {
+		if atoi(t, r["finished_ms"]) > smallEnd {
+			after++
+		}
+	}
+	if after < 500 {
+		t.Fatalf("only %d of the big clients' rows finished after the small client's last: the small one waited behind them", after)
+	}
+}
+
+func atoi(t *testing.T, s string) int64 {
+	t.Helper()
+	var n int64
+	if _, err := fmt.Sscan(s, &n); err != nil {
+		t.Fatalf("%q is not a number", s)
+	}
+	return n
+}
+
+// A worker killed with -9 mid-run loses nothing: after its leases expire
+// the others redo its rows; every id is exported once, all success, and the
+// provider saw at most the killed worker's rows in flight twice.
+func TestQueueKill9LosesNothing(t *testing.T) {
+	db := pgtest.URL(t)
+	fake := &fakehf.Fake{Latency: 40 * time.Millisecond}
+	srv := fakehf.Start(fake)
+	defer srv.Close()
+	dir := t.TempDir()
+	rows := clientRows("k", 300)
+	in := queueCSV(t, dir, "in.csv", rows)
+	mustRun(t, qenv(db), "queue", "push", in, "--batch", "k9", "--global-cap", "8", "--lease", "2s", "--no-progress")
+	victim := startWorker(t, db, "--batch", "k9", "--endpoint", srv.URL, "-c", "4", "--retries", "0")
+	waitDone(t, db, "k9", 20)
+	if err := victim.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	victim.wait(t)
+	others := []*worker{
+		startWorker(t, db, "--batch", "k9", "--endpoint", srv.URL, "-c", "4", "--retries", "0", "--exit-when-done"),
+		startWorker(t, db, "--batch", "k9", "--endpoint", srv.URL, "-c", "4", "--retries", "0", "--exit-when-done"),
+	}
+	for i, w := range others {
+		if code := w.wait(t); code != 0 {
+			t.Fatalf("worker %d: exit %d\n%s", i, code, w.stderr.String())
+		}
+	}
+	checkOnceEach(t, exportRows(t, db, "k9"), idsOf(rows))
+	twice := 0
+	for text, n := range fake.Seen() {
+		if n > 2 {
+			t.Fatalf("%q was sent %d times", text, n)
+		}
+		if n == 2 {
+			twice++
+		}
+	}
+	if twice > 4 {
+		t.Fatalf("%d rows were sent twice; the killed worker had at most 4 in flight", twice)
+	}
+	if twice == 0 {
+		t.Fatalf("no row was sent twice: the killed worker had nothing in flight, so its rescue was not tested")
+	}
+}
+
+// A worker stalled past its lease (SIGSTOP) cannot overwrite the rows
+// another worker has since finished: on SIGCONT its late results are
+// discarded.
+func TestQueueStalledWorkerIsFenced(t *testing.T) {
+	db := pgtest.URL(t)
+	fake := &fakehf.Fake{Script: func(_ int64, _ []string, r *http.Request) fakehf.Reply {
+		if strings.HasPrefix(r.URL.Path, "/a") {
+			return fakehf.Reply{Delay: 400 * time.Millisecond, Body: `[[{"label":"A","score":0.9}]]`}
+		}
+		return fakehf.Reply{Delay: 5 * time.Millisecond, Body: `[[{"label":"B","score":0.9}]]`}
+	}}
+	srv := fakehf.Start(fake)
+	defer srv.Close()
+	dir := t.TempDir()
+	rows := clientRows("f", 20)
+	in := queueCSV(t, dir, "in.csv", rows)
+	mustRun(t, qenv(db), "queue", "push", in, "--batch", "fence", "--global-cap", "4", "--lease", "1s", "--no-progress")
+	a := startWorker(t, db, "--batch", "fence", "--endpoint", srv.URL+"/a", "-c", "4", "--retries", "0", "--exit-when-done")
+	deadline := time.Now().Add(20 * time.Second)
+	for fake.InFlight() < 4 {
+		if time.Now().After(deadline) {
+			t.Fatalf("worker A never had 4 calls in flight:\n%s", a.stderr.String())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if err := a.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	b := startWorker(t, db, "--batch", "fence", "--endpoint", srv.URL+"/b", "-c", "4", "--retries", "0", "--exit-when-done")
+	if code := b.wait(t); code != 0 {
+		t.Fatalf("worker B: exit %d\n%s", code, b.stderr.String())
+	}
+	if err := a.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	if code := a.wait(t); code != 0 {
+		t.Fatalf("worker A: exit %d\n%s", code, a.stderr.String())
+	}
+	if !strings.Contains(a.stderr.String(), "result discarded") || !strings.Contains(a.stderr.String(), "discarded=4") {
+		t.Fatalf("worker A's late results were not discarded:\n%s", a.stderr.String())
+	}
+	got := exportRows(t, db, "fence")
+	checkOnceEach(t, got, idsOf(rows))
+	for _, r := range got {
+		if r["label"] != "B" {
+			t.Fatalf("row %s has label %s: the stalled worker's result was written", r["request_id"], r["label"])
+		}
+	}
+}
+
+// One 429 with Retry-After: 2, seen by one worker, stops every worker's
+// calls for 2 s.
+func TestQueueSharedCooldown(t *testing.T) {
+	db := pgtest.URL(t)
+	var hit atomic.Int64
+	m, srv := newMeter(&fakehf.Fake{Latency: 20 * time.Millisecond, NoRecord: true,
+		Script: func(n int64, _ []string, _ *http.Request) fakehf.Reply {
+			if n == 60 {
+				hit.Store(time.Now().UnixNano())
+				return fakehf.Reply{Status: 429, Immediate: true, Header: map[string]string{"Retry-After": "2"}}
+			}
+			return fakehf.Reply{}
+		}})
+	defer srv.Close()
+	dir := t.TempDir()
+	rows := clientRows("p", 400)
+	in := queueCSV(t, dir, "in.csv", rows)
+	mustRun(t, qenv(db), "queue", "push", in, "--batch", "cool", "--global-cap", "6", "--no-progress")
+	var ws []*worker
+	for range 3 {
+		ws = append(ws, startWorker(t, db, "--batch", "cool", "--endpoint", srv.URL, "-c", "2", "--retries", "2", "--exit-when-done"))
+	}
+	for i, w := range ws {
+		if code := w.wait(t); code != 0 {
+			t.Fatalf("worker %d: exit %d\n%s", i, code, w.stderr.String())
+		}
+	}
+	checkOnceEach(t, exportRows(t, db, "cool"), idsOf(rows))
+	t429 := time.Unix(0, hit.Load())
+	if hit.Load() == 0 {
+		t.Fatal("the 429 was never sent")
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var inPause []time.Duration
+	for _, s := range m.starts {
+		if d := s.Sub(t429); d > 300*time.Millisecond && d < 1700*time.Millisecond {
+			inPause = append(inPause, d)
+		}
+	}
+	if len(inPause) > 0 {
+		t.Fatalf("%d calls started during the shared 2 s pause, the first at %v after the 429", len(inPause), inPause[:min(5, len(inPause))])
+	}
+	resumed := 0
+	for _, s := range m.starts {
+		if s.Sub(t429) >= 1700*time.Millisecond {
+			resumed++
+		}
+	}
+	if resumed < 100 {
+		t.Fatalf("only %d calls after the pause: the pause was not tested against a busy batch", resumed)
+	}
+}
+
+// SIGINT: calls in flight finish and are written, rows claimed but not
+// started are given back (not failed), exit 130; another worker finishes
+// the batch and no row is sent twice.
+func TestQueueInterruptGivesBack(t *testing.T) {
+	db := pgtest.URL(t)
+	fake := &fakehf.Fake{Latency: 50 * time.Millisecond}
+	srv := fakehf.Start(fake)
+	defer srv.Close()
+	dir := t.TempDir()
+	rows := clientRows("i", 120)
+	in := queueCSV(t, dir, "in.csv", rows)
+	mustRun(t, qenv(db), "queue", "push", in, "--batch", "int", "--global-cap", "8", "--no-progress")
+	// --rps 10 keeps claimed rows waiting for their turn: those are the
+	// rows a stop must give back.
+	a := startWorker(t, db, "--batch", "int", "--endpoint", srv.URL, "-c", "8", "--rps", "10", "--retries", "0")
+	waitDone(t, db, "int", 10)
+	if err := a.cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	if code := a.wait(t); code != 130 {
+		t.Fatalf("worker A: exit %d, want 130\n%s", code, a.stderr.String())
+	}
+	if !strings.Contains(a.stderr.String(), "given_back=") || strings.Contains(a.stderr.String(), "given_back=0 ") {
+		t.Fatalf("worker A gave nothing back:\n%s", a.stderr.String())
+	}
+	st := mustRun(t, qenv(db), "queue", "status", "--batch", "int")
+	if !strings.Contains(st.stdout, " 0 running + 0 lease expired") {
+		t.Fatalf("rows still held after the interrupt:\n%s", st.stdout)
+	}
+	b := startWorker(t, db, "--batch", "int", "--endpoint", srv.URL, "-c", "8", "--retries", "0", "--exit-when-done")
+	if code := b.wait(t); code != 0 {
+		t.Fatalf("worker B: exit %d\n%s", code, b.stderr.String())
+	}
+	checkOnceEach(t, exportRows(t, db, "int"), idsOf(rows))
+	for text, n := range fake.Seen() {
+		if n > 1 {
+			t.Fatalf("%q was sent %d times", text, n)
+		}
+	}
+}
+
+// A database that goes away mid-run: the worker keeps its results, retries
+// its connection with backoff, and writes them when it is back.
+func TestQueueDatabaseGoesAway(t *testing.T) {
+	db := pgtest.URL(t)
+	u, err := url.Parse(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	px := startProxy(t, u.Host)
+	viaProxy := *u
+	viaProxy.Host = px.addr()
+	fake := &fakehf.Fake{Latency: 20 * time.Millisecond}
+	srv := fakehf.Start(fake)
+	defer srv.Close()
+	dir := t.TempDir()
+	rows := clientRows("d", 300)
+	in := queueCSV(t, dir, "in.csv", rows)
+	mustRun(t, qenv(db), "queue", "push", in, "--batch", "away", "--global-cap", "4", "--no-progress")
+	w := startWorker(t, viaProxy.String(), "--batch", "away", "--endpoint", srv.URL, "-c", "4", "--retries", "0", "--exit-when-done")
+	waitDone(t, db, "away", 30)
+	px.setDown(true)
+	time.Sleep(2 * time.Second)
+	px.setDown(false)
+	if code := w.wait(t); code != 0 {
+		t.Fatalf("worker: exit %d\n%s", code, w.stderr.String())
+	}
+	if !strings.Contains(w.stderr.String(), "database unreachable") {
+		t.Fatalf("the worker never noticed the database was gone:\n%s", w.stderr.String())
+	}
+	if strings.Contains(w.stderr.String(), "result discarded") {
+		t.Fatalf("the worker discarded its own results after the database came back:\n%s", w.stderr.String())
+	}
+	checkOnceEach(t, exportRows(t, db, "away"), idsOf(rows))
+	for text, n := range fake.Seen() {
+		if n > 1 {
+			t.Fatalf("%q was sent %d times: a result was lost", text, n)
+		}
+	}
+}
+
+// proxy forwards TCP to PostgreSQL; setDown(true) cuts every connection
+// and refuses new ones.
+type proxy struct {
+	ln     net.Listener
+	target string
+	mu     sync.Mutex
+	down   bool
+	conns  map[net.Conn]bool
+}
+
+func startProxy(t *testing.T, target string) *proxy {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &proxy{ln: ln, target: target, conns: map[net.Conn]bool{}}
+	t.Cleanup(func() { ln.Close(); p.setDown(true) })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			p.mu.Lock()
+			down := p.down
+			p.mu.Unlock()
+			if down {
+				c.Close()
+				continue
+			}
+			go p.pipe(c)
+		}
+	}()
+	return p
+}
+
+func (p *proxy) addr() string { return p.ln.Addr().String() }
+
+func (p *proxy) pipe(c net.Conn) {
+	s, err := net.Dial("tcp", p.target)
+	if err != nil {
+		c.Close()
+		return
+	}
+	p.mu.Lock()
+	p.conns[c], p.conns[s] = true, true
+	p.mu.Unlock()
+	go func() { _, _ = io.Copy(s, c); s.Close(); c.Close() }()
+	_, _ = io.Copy(c, s)
+	c.Close()
+	s.Close()
+}
+
+func (p *proxy) setDown(down bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.down = down
+	if down {
+		for c := range p.conns {
+			c.Close()
+		}
+		clear(p.conns)
+	}
+}
+
+// The export is the results CSV classify writes for the same rows: same
+// header, same columns, same formula guard and quoting, same order; only
+// the times differ (a queue's run is another run).
+func TestQueueExportMatchesClassify(t *testing.T) {
+	db := pgtest.URL(t)
+	fake := &fakehf.Fake{Script: func(_ int64, texts []string, _ *http.Request) fakehf.Reply {
+		if len(texts) == 1 && strings.Contains(texts[0], "formula") {
+			return fakehf.Reply{Body: `[[{"label":"=HYPERLINK(\"x\")","score":0.51234}]]`}
+		}
+		if len(texts) == 1 && strings.Contains(texts[0], "minus") {
+			return fakehf.Reply{Body: `[{"label":"-1","score":0.7}]`}
+		}
+		return fakehf.Reply{}
+	}}
+	srv := fakehf.Start(fake)
+	defer srv.Close()
+	dir := t.TempDir()
+	in := filepath.Join(dir, "in.csv")
+	content := "request_id;text\n" +
+		" a1 ;plain text\n" +
+		"a2;\"a, \"\"quoted\"\"\r\nmultiline text\"\n" +
+		"a3;formula please\n" +
+		"a4;minus one\n" +
+		"a5;   \n" +
+		"a1;duplicate id\n" +
+		"a6;" + strings.Repeat("x", 60) + "\n" +
+		";no id\n" +
+		"=a7;@starts with a trigger\n"
+	if err := os.WriteFile(in, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	classified := filepath.Join(dir, "classify.csv")
+	code, e := run(t, "classify", in, "-o", classified, "--endpoint", srv.URL, "--retries", "0", "--max-chars", "50", "--no-progress")
+	if code != 1 {
+		t.Fatalf("classify: exit %d (want 1: invalid rows)\n%s", code, e)
+	}
+	mustRun(t, qenv(db), "queue", "push", in, "--batch", "same", "--max-chars", "50", "--no-progress")
+	w := startWorker(t, db, "--batch", "same", "--endpoint", srv.URL, "--retries", "0", "--exit-when-done")
+	if code := w.wait(t); code != 0 {
+		t.Fatalf("worker: exit %d\n%s", code, w.stderr.String())
+	}
+	exported := filepath.Join(dir, "export.csv")
+	mustRun(t, qenv(db), "queue", "export", "--batch", "same", "-o", exported)
+	a, b := normalizeTimes(t, classified), normalizeTimes(t, exported)
+	if a != b {
+		t.Fatalf("export differs from classify's results:\nclassify:\n%s\nexport:\n%s", a, b)
+	}
+	if !strings.Contains(a, `'=HYPERLINK`) || !strings.Contains(a, `'-1`) {
+		t.Fatalf("the formula guard was not exercised:\n%s", a)
+	}
+	mustRun(t, nil, "report", exported, "-o", filepath.Join(dir, "run.svg"))
+}
+
+// normalizeTimes returns the file's bytes with each timing field (latency,
+// queued, started, finished) replaced by T, or left empty when empty; every
+// other byte is kept.
+func normalizeTimes(t *testing.T, path string) string {
+	t.Helper()
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs, err := csv.NewReader(bytes.NewReader(raw)).ReadAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	w := csv.NewWriter(&b)
+	for i, r := range recs {
+		if i > 0 {
+			for _, k := range []int{7, 9, 10, 11} {
+				if r[k] != "" {
+					r[k] = "T"
+				}
+			}
+		}
+		_ = w.Write(r)
+	}
+	w.Flush()
+	// The header line is compared byte for byte as written.
+	header, _, _ := strings.Cut(string(raw), "\n")
+	return header + "\n" + strings.SplitN(b.String(), "\n", 2)[1]
+}
+
+// Set-up errors end with exit 2 and a clear message before any provider
+// call, never a panic, and never show the password.
+func TestQueueSetupErrors(t *testing.T) {
+	db := pgtest.URL(t)
+	fake := &fakehf.Fake{}
+	srv := fakehf.Start(fake)
+	defer srv.Close()
+	dir := t.TempDir()
+	in := queueCSV(t, dir, "in.csv", clientRows("s", 3))
+	mustRun(t, qenv(db), "queue", "push", in, "--batch", "ok", "--no-progress")
+
+	newer := pgtest.URL(t)
+	mustRun(t, qenv(newer), "queue", "migrate")
+	ctx := context.Background()
+	c, err := pgx.Connect(ctx, newer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Exec(ctx, "update hfsent.schema_version set version = version + 1"); err != nil {
+		t.Fatal(err)
+	}
+	c.Close(ctx)
+	empty := pgtest.URL(t)
+
+	for _, tc := range []struct {
+		env  []string
+		args []string
+		want string
+	}{
+		{nil, []string{"worker", "--batch", "ok", "--endpoint", srv.URL}, "--db is required"},
+		{qenv("postgres://u:s3cret@[::1:bad/db"), []string{"worker", "--batch", "ok", "--endpoint", srv.URL}, "bad --db URL"},
+		{qenv("postgres://u:s3cret@127.0.0.1:1/db?connect_timeout=3"), []string{"worker", "--batch", "ok", "--endpoint", srv.URL}, "cannot connect to the database"},
+		{qenv("postgres://u:s3cret@127.0.0.1:1/db?connect_timeout=3"), []string{"queue", "push", in, "--batch", "x"}, "cannot connect to the database"},
+		{qenv(db), []string{"worker", "--batch", "missing", "--endpoint", srv.URL}, `no such batch "missing"`},
+		{qenv(db), []string{"queue", "status", "--batch", "missing"}, `no such batch "missing"`},
+		{qenv(db), []string{"queue", "export", "--batch", "missing"}, `no such batch "missing"`},
+		{qenv(db), []string{"worker", "--batch", "ok", "--endpoint", srv.URL, "--model", "other/model"}, "is for model"},
+		{qenv(db), []string{"queue", "push", in, "--batch", "ok", "--global-cap", "3"}, "was created with --global-cap 8"},
+		{qenv(db), []string{"queue", "push", in, "--batch", "cc", "--client-column", "team"}, `no client column "team"`},
+		{qenv(db), []string{"queue", "drop", "--batch", "ok"}, "--yes"},
+		{qenv(newer), []string{"worker", "--batch", "ok", "--endpoint", srv.URL}, "newer than this hfsent"},
+		{qenv(newer), []string{"queue", "push", in, "--batch", "ok"}, "newer than this hfsent"},
+		{qenv(newer), []string{"queue", "migrate"}, "newer than this hfsent"},
+		{qenv(empty), []string{"worker", "--batch", "ok", "--endpoint", srv.URL}, "has no hfsent queue"},
+	} {
+		r := runBin(t, tc.env, tc.args...)
+		if r.code != 2 || !strings.Contains(r.stderr, tc.want) || strings.Contains(r.stderr, "goroutine ") || strings.Contains(r.stderr+r.stdout, "s3cret") {
+			t.Errorf("%v %v: exit %d, stderr %q; want exit 2 and %q", tc.env, tc.args, r.code, r.stderr, tc.want)
+		}
+	}
+	if fake.Calls() != 0 {
+		t.Fatalf("%d calls reached the provider", fake.Calls())
+	}
+	// The push that was refused added nothing, and push is idempotent.
+	mustRun(t, qenv(db), "queue", "push", in, "--batch", "ok", "--no-progress")
+	r := mustRun(t, qenv(db), "queue", "list")
+	if !strings.Contains(r.stdout, "ok") || !strings.Contains(r.stdout, " 3 ") {
+		t.Fatalf("queue list:\n%s", r.stdout)
+	}
+	mustRun(t, qenv(db), "queue", "drop", "--batch", "ok", "--yes")
+	if r := runBin(t, qenv(db), "queue", "status", "--batch", "ok"); r.code != 2 {
+		t.Fatalf("status after drop: exit %d", r.code)
+	}
+}

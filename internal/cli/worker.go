@@ -1,0 +1,236 @@
+package cli
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/hfsent/hfsent/internal/engine"
+	"github.com/hfsent/hfsent/internal/provider"
+	"github.com/hfsent/hfsent/internal/queue"
+	"github.com/hfsent/hfsent/internal/resilience"
+)
+
+type workerOptions struct {
+	db           dbOptions
+	prov         providerOptions
+	lease        time.Duration
+	exitWhenDone bool
+	poll         time.Duration
+	batchSize    int
+	dedupe       bool
+	noDedupe     bool
+	progress     bool
+	noProgress   bool
+	flags        *pflag.FlagSet
+}
+
+func newWorkerCmd(ios *IOStreams, g *globalOptions) *cobra.Command {
+	o := &workerOptions{}
+	cmd := &cobra.Command{
+		Use:   "worker",
+		Short: "Claim a batch's rows from PostgreSQL and classify them: one of many processes sharing it",
+		Long: `worker claims rows of a batch pushed with hfsent queue push, sends them
+through the same guarded pipeline classify uses (retries, cooldown, breaker,
+fallback, --batch-size, dedupe) and writes their results back. Run as many as
+you like, on as many machines: rows running never exceed the batch's
+--global-cap, nor its --client-cap for any client, whatever each worker's -c
+(which bounds only that worker).
+
+A claimed row is leased for --lease (the batch's, 30s by default) and the
+lease is renewed every third of it; a worker killed with -9 loses nothing:
+its rows go back to pending when their leases expire and other workers redo
+them. A result is written only if the row is still this worker's (a worker
+stalled past its lease cannot overwrite a row another one finished). A 429
+with Retry-After pauses every worker of the batch; a breaker that opens in
+one stops the others (or sends them to their --fallback-model) until its
+cooldown ends.
+
+SIGINT or SIGTERM: no new claims, calls in flight finish and are written,
+rows claimed but not started are given back, exit 130.
+
+Exit codes: 0 the worker stopped with nothing left to do (--exit-when-done)
+and every row it finished is success or fallback; 1 some row it finished
+ended otherwise, or the provider cannot serve (token, credits, model, no
+connection); 2 a usage or set-up error (flags, the database, the batch, its
+model), before any call; 130 interrupted.`,
+		Example: `  hfsent worker --db postgres://hfsent@db/hfsent --batch nightly -c 8 --exit-when-done
+  HFSENT_DB=postgres://hfsent@db/hfsent hfsent worker --batch nightly --endpoint https://my-endpoint/ --fallback-model local`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := g.logger(ios)
+			if err != nil {
+				return err
+			}
+			return runWorker(cmd.Context(), o, ios, log)
+		},
+	}
+	fs := cmd.Flags()
+	o.flags = fs
+	addDBFlags(fs, &o.db, true)
+	addProviderFlags(fs, &o.prov)
+	fs.DurationVar(&o.lease, "lease", 0, "lease of a claimed row, renewed every third of it (default: the batch's, set by queue push --lease; else "+rangeHelp(minLease, maxLease)+")")
+	fs.BoolVar(&o.exitWhenDone, "exit-when-done", false, "exit once the batch has nothing pending or running (default: wait for new rows)")
+	fs.DurationVar(&o.poll, "poll", 250*time.Millisecond, "wait after a claim that found nothing, unless a notification comes first ("+rangeHelp(10*time.Millisecond, maxPollInterval)+")")
+	fs.IntVar(&o.batchSize, "batch-size", 1, "texts per provider call ("+rangeHelp(1, maxBatchSize)+")")
+	fs.BoolVar(&o.dedupe, "dedupe", true, "send identical texts once and reuse the answer")
+	fs.BoolVar(&o.noDedupe, "no-dedupe", false, "send every row, even identical texts")
+	fs.BoolVar(&o.progress, "progress", false, "show a progress line on stderr (default: when stderr is a terminal)")
+	fs.BoolVar(&o.noProgress, "no-progress", false, "never show a progress line")
+	return cmd
+}
+
+func (o *workerOptions) validate() error {
+	if err := o.prov.validate(); err != nil {
+		return err
+	}
+	for _, err := range []error{
+		inRange("--lease", o.lease, minLease, maxLease, "the batch's"),
+		inRange("--poll", o.poll, 10*time.Millisecond, maxPollInterval, ""),
+		inRange("--batch-size", o.batchSize, 1, maxBatchSize, ""),
+	} {
+		if err != nil {
+			return err
+		}
+	}
+	if o.prov.concurrency*o.batchSize > maxTextsInFlight {
+		return usageErrorf("--concurrency × --batch-size must be at most %d, got %d", maxTextsInFlight, o.prov.concurrency*o.batchSize)
+	}
+	if o.dedupe && o.noDedupe && o.flags.Changed("dedupe") {
+		return usageErrorf("--dedupe and --no-dedupe contradict each other")
+	}
+	if o.progress && o.noProgress {
+		return usageErrorf("--progress and --no-progress contradict each other")
+	}
+	if o.prov.admissionWait > 0 {
+		return usageErrorf("--admission-wait is for bursts (classify, serve); a worker claims only what it can send, so leave it 0")
+	}
+	return nil
+}
+
+func runWorker(ctx context.Context, o *workerOptions, ios *IOStreams, log *slog.Logger) error {
+	if err := o.validate(); err != nil {
+		return err
+	}
+	db, err := o.db.open(ctx, ios, true, true)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	b, err := db.Batch(ctx, o.db.batch)
+	if err != nil {
+		return queueError(err)
+	}
+	// The batch names its model: a worker with another one would write
+	// answers of a different model into the same results.
+	model := o.prov.model
+	if o.prov.provider == "local" {
+		model = provider.LocalModel
+	} else if !o.flags.Changed("model") {
+		model, o.prov.model = b.Model, b.Model
+	}
+	if model != b.Model {
+		return usageErrorf("batch %q is for model %s, this worker's is %s: start it with --model %s (or --provider local for a batch pushed with --model %s)",
+			b.Name, b.Model, model, b.Model, provider.LocalModel)
+	}
+
+	host, _ := os.Hostname()
+	owner := fmt.Sprintf("%s:%d:%s", host, os.Getpid(), randomID())
+	s := db.NewSession(b, owner, o.lease)
+	w := queue.NewWorker(s, queue.WorkerConfig{
+		Capacity:     o.prov.concurrency * o.batchSize,
+		ExitWhenDone: o.exitWhenDone,
+		Fallback:     o.prov.fallbackModel != "",
+		Poll:         o.poll,
+		Host:         host,
+		PID:          os.Getpid(),
+		Logger:       log,
+	})
+	counters := &resilience.Counters{}
+	cls, err := o.prov.build(ios, log, counters, w.Tune)
+	if err != nil {
+		return err
+	}
+	guard, _ := cls.(*resilience.Guard)
+
+	ctx, stopSignals := interruptContext(ctx, ios, log, func() {})
+	defer stopSignals()
+	log.Info("worker started", "batch", b.Name, "owner", owner, "lease", s.Lease(), "global_cap", b.GlobalCap, "client_cap", b.ClientCap, "c", o.prov.concurrency)
+
+	p := engine.NewPipeline(context.Background(), cls, engine.Config{
+		Concurrency: o.prov.concurrency,
+		RowDeadline: o.prov.rowDeadline,
+		Rules:       engine.Rules{MaxChars: b.MaxChars},
+		BatchSize:   o.batchSize,
+		Dedupe:      o.dedupe && !o.noDedupe,
+		StopOnFatal: true,
+		Logger:      log,
+	})
+	bar := newCountBar(ios, o.flags.Changed("progress") || o.flags.Changed("no-progress"), o.progress && !o.noProgress, -1, "worker")
+	stopBar := make(chan struct{})
+	barDone := make(chan struct{})
+	go func() {
+		defer close(barDone)
+		if bar == nil {
+			return
+		}
+		t := time.NewTicker(200 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-stopBar:
+				return
+			case <-t.C:
+				st := w.Stats()
+				bar.set(st.Finished)
+				bar.describe(fmt.Sprintf("ok=%d failed=%d active=%d", st.OK, st.Finished-st.OK, st.Active))
+			}
+		}
+	}()
+	start := time.Now()
+	runErr := w.Run(ctx, p, guard)
+	p.Close()
+	close(stopBar)
+	<-barDone
+	bar.finish()
+
+	st := w.Stats()
+	ps := p.Stats()
+	sum := engine.Summary{Rows: st.Finished, Written: st.Finished, Counts: st.Counts, Calls: ps.Calls,
+		FallbackCalls: ps.FallbackCalls, Retries: ps.Retries, Reused: ps.Reused, MaxActive: ps.MaxActive,
+		Elapsed: time.Since(start), Stop: p.StopReason()}
+	if ctx.Err() != nil {
+		sum.Stop = engine.StopInterrupted
+	}
+	cycleMs := 0.0
+	if st.Cycles > 0 {
+		cycleMs = float64(st.CycleTime.Microseconds()) / 1000 / float64(st.Cycles)
+	}
+	fmt.Fprintf(ios.ErrOut, "%s claimed=%d requeued=%d given_back=%d discarded=%d db_round_trips=%d round_trip_ms=%.1f\n", summaryLine(sum, counters.Snapshot(sum.Elapsed)),
+		st.Claimed, st.Retried, st.GivenBack, st.Discarded, st.Cycles, cycleMs)
+	switch {
+	case runErr != nil:
+		return &exitError{code: ExitRowsFailed, err: runErr}
+	case sum.Stop == engine.StopInterrupted:
+		log.Warn("interrupted: results of calls in flight are written, rows not started are back in the queue")
+		return silentExit(ExitInterrupted)
+	case sum.Stop != engine.StopNone:
+		return &exitError{code: ExitRowsFailed, err: fmt.Errorf("stopped: %s; the rows not sent are back in the queue", sum.Stop)}
+	case st.Finished > st.OK:
+		return silentExit(ExitRowsFailed)
+	}
+	return nil
+}
+
+func randomID() string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}

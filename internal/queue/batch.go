@@ -1,0 +1,117 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+func mustSub() fs.FS {
+	sub, err := fs.Sub(migrations, "migrations")
+	if err != nil {
+		panic(err) // the embedded directory is fixed at build time
+	}
+	return sub
+}
+
+// Spec is what a batch is created with.
+type Spec struct {
+	Name         string
+	Model        string
+	GlobalCap    int     // rows running at once, over all workers
+	ClientColumn string  // "": one client
+	ClientCap    int     // rows running at once per client; 0: none
+	GlobalRPS    float64 // claims per second over all workers; 0: none
+	Lease        time.Duration
+	MaxAttempts  int
+	MaxChars     int
+}
+
+// Batch is a batch as the database holds it.
+type Batch struct {
+	ID int64
+	Spec
+	PausedUntil      *time.Time
+	BreakerOpenUntil *time.Time
+	CreatedAt        time.Time
+	StartedAt        *time.Time
+	FinishedAt       *time.Time
+	Rows             int64
+}
+
+const batchCols = `id, name, model, global_cap, coalesce(client_column, ''), coalesce(client_cap, 0),
+	coalesce(global_rps, 0), lease_ms, max_attempts, max_chars, paused_until, breaker_open_until,
+	created_at, started_at, finished_at,
+	(select coalesce(sum(p.rows), 0) from hfsent.push p where p.batch_id = batch.id)`
+
+func scanBatch(row pgx.Row) (*Batch, error) {
+	var b Batch
+	var leaseMs int64
+	err := row.Scan(&b.ID, &b.Name, &b.Model, &b.GlobalCap, &b.ClientColumn, &b.ClientCap, &b.GlobalRPS,
+		&leaseMs, &b.MaxAttempts, &b.MaxChars, &b.PausedUntil, &b.BreakerOpenUntil,
+		&b.CreatedAt, &b.StartedAt, &b.FinishedAt, &b.Rows)
+	b.Lease = time.Duration(leaseMs) * time.Millisecond
+	return &b, err
+}
+
+// Batch loads the batch called name.
+func (db *DB) Batch(ctx context.Context, name string) (*Batch, error) {
+	b, err := scanBatch(db.Pool.QueryRow(ctx, "select "+batchCols+" from hfsent.batch where name = $1", name))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("%w %q at %s (hfsent queue list shows the batches there)", ErrNoBatch, name, db.url)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading batch %q: %s", name, summarise(err))
+	}
+	return b, nil
+}
+
+// Batches lists every batch, oldest first.
+func (db *DB) Batches(ctx context.Context) ([]*Batch, error) {
+	rows, err := db.Pool.Query(ctx, "select "+batchCols+" from hfsent.batch order by id")
+	if err != nil {
+		return nil, fmt.Errorf("listing batches: %s", summarise(err))
+	}
+	defer rows.Close()
+	var out []*Batch
+	for rows.Next() {
+		b, err := scanBatch(rows)
+		if err != nil {
+			return nil, fmt.Errorf("listing batches: %s", summarise(err))
+		}
+		out = append(out, b)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("listing batches: %s", summarise(err))
+	}
+	return out, nil
+}
+
+// Drop deletes a batch with its rows and results, and reports how many rows
+// it had.
+func (db *DB) Drop(ctx context.Context, name string) (int64, error) {
+	b, err := db.Batch(ctx, name)
+	if err != nil {
+		return 0, err
+	}
+	err = pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "select 1 from hfsent.batch where id = $1 for update", b.ID); err != nil {
+			return err
+		}
+		for _, table := range []string{"result", "item", "input", "client", "worker", "push", "push_lock"} {
+			if _, err := tx.Exec(ctx, "delete from hfsent."+table+" where batch_id = $1", b.ID); err != nil {
+				return err
+			}
+		}
+		_, err := tx.Exec(ctx, "delete from hfsent.batch where id = $1", b.ID)
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("dropping batch %q: %s", name, summarise(err))
+	}
+	return b.Rows, nil
+}

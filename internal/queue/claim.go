@@ -1,0 +1,470 @@
+package queue
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Claimed is a row a worker holds under a lease.
+type Claimed struct {
+	Seq       int64
+	Attempt   int // claims so far, this one included: the fence
+	RequestID string
+	Text      string
+}
+
+// Action says what a completion does to its row.
+type Action string
+
+const (
+	// Finish records the result as final: the row is done.
+	Finish Action = "done"
+	// Retry records the result as the row's last failure and puts it back
+	// to pending, due after a backoff.
+	Retry Action = "retry"
+	// GiveBack puts the row back to pending at once, as if never claimed
+	// (when never sent): it was claimed but not started.
+	GiveBack Action = "giveback"
+)
+
+// Completion is a worker's result for a row it claimed.
+type Completion struct {
+	Seq     int64
+	Attempt int
+	Action  Action
+	Delay   time.Duration // Retry: when the row is due again
+
+	Outcome   string
+	Label     string
+	Score     float64
+	Model     string
+	Attempts  int   // provider calls for the row in this claim
+	LatencyMs int64 // first call to answer
+	Error     string
+	WaitMs    int64 // from the claim to the first call; -1: never sent
+	TotalMs   int64 // from the claim to the result
+}
+
+// CycleIn is what one cycle writes and asks.
+type CycleIn struct {
+	Done []Completion
+	Want int // rows to claim at most
+	// PauseFor and OpenFor report this worker's own 429 pause and open
+	// breaker, as durations from now (the database clock adds them).
+	PauseFor, OpenFor time.Duration
+	// Fallback: claim while a shared breaker is open (the worker's fallback
+	// model answers); without it no row is claimed then.
+	Fallback bool
+	// AskRemaining asks whether the batch has rows pending or running.
+	AskRemaining bool
+	// Reconcile gives back the rows leased to this worker that it does not
+	// hold (Held): claims committed in a round trip whose answer was lost.
+	Reconcile bool
+	Held      []int64
+}
+
+// CycleOut is what one cycle did and saw.
+type CycleOut struct {
+	Claimed []Claimed
+	// Written are the completions the fence let through; the others were
+	// discarded (the row's lease had passed to another worker).
+	Written   int
+	Discarded []Completion
+	// Paused and Open are how long the batch's shared pause and breaker
+	// still hold (0: not).
+	Paused, Open time.Duration
+	Remaining    bool // set when asked
+	// DoneCommitted is set once the results are committed, even when the
+	// claim that follows fails: they must not be sent again.
+	DoneCommitted bool
+}
+
+// Session is a worker's identity in a batch: the lease owner its claims
+// carry.
+type Session struct {
+	db    *DB
+	batch *Batch
+	owner string
+	lease time.Duration
+}
+
+// NewSession starts a worker's session in batch b with the lease given.
+func (db *DB) NewSession(b *Batch, owner string, lease time.Duration) *Session {
+	if lease <= 0 {
+		lease = b.Lease
+	}
+	return &Session{db: db, batch: b, owner: owner, lease: lease}
+}
+
+// Owner is the lease owner this session's claims carry.
+func (s *Session) Owner() string { return s.owner }
+
+// Lease is the lease length of this session's claims.
+func (s *Session) Lease() time.Duration { return s.lease }
+
+// lockBatch is the first statement of every cycle: it takes the batch row,
+// so cycles of one batch are serialised; every count below is made in later
+// statements, whose snapshots are taken after the lock is held.
+const lockBatch = `
+select coalesce(extract(epoch from paused_until - clock_timestamp()) * 1000, 0),
+       coalesce(extract(epoch from breaker_open_until - clock_timestamp()) * 1000, 0)
+from hfsent.batch where id = $1 for update`
+
+const reportBackpressure = `
+with u as (
+	update hfsent.batch set
+		paused_until = case when $2::bigint > 0 then greatest(coalesce(paused_until, '-infinity'), clock_timestamp() + $2 * interval '1 millisecond') else paused_until end,
+		breaker_open_until = case when $3::bigint > 0 then greatest(coalesce(breaker_open_until, '-infinity'), clock_timestamp() + $3 * interval '1 millisecond') else breaker_open_until end
+	where id = $1
+	returning id
+)
+select pg_notify($4, 'backpressure') from u`
+
+// complete writes results, fenced: a row is written only while it is still
+// running under this owner and this attempt. A retry records the failure
+// as the row's last and puts it back; a give-back undoes the claim.
+const complete = `
+with d as (
+	select * from unnest($2::bigint[], $3::int[], $4::text[], $5::text[], $6::text[], $7::float8[], $8::text[],
+	                     $9::int[], $10::bigint[], $11::text[], $12::bigint[], $13::bigint[], $14::bigint[])
+	  as d(seq, attempt, action, outcome, label, score, model, attempts, latency_ms, error, wait_ms, total_ms, delay_ms)
+),
+upd as (
+	update hfsent.item i set
+		state = case d.action when 'done' then 'done' else 'pending' end,
+		attempt = case when d.action = 'giveback' and d.attempts = 0 then i.attempt - 1 else i.attempt end,
+		available_at = clock_timestamp() + d.delay_ms * interval '1 millisecond',
+		lease_owner = null,
+		lease_until = null
+	from d
+	where i.batch_id = $1 and i.seq = d.seq and i.state = 'running' and i.lease_owner = $15 and i.attempt = d.attempt
+	returning i.seq, i.claimed_at
+),
+q as (
+	select upd.seq, greatest(0, (extract(epoch from upd.claimed_at - b.started_at) * 1000)::bigint) as queued
+	from upd, hfsent.batch b where b.id = $1
+),
+res as (
+	insert into hfsent.result as r (batch_id, seq, outcome, label, score, model, attempts, latency_ms, error,
+	                                queued_ms, started_ms, finished_ms, finished_at, worker)
+	select $1, d.seq, d.outcome, d.label, d.score, d.model, d.attempts, d.latency_ms, d.error,
+	       q.queued, case when d.wait_ms >= 0 then q.queued + d.wait_ms end, q.queued + d.total_ms, clock_timestamp(), $15
+	from d join q on q.seq = d.seq
+	where d.action <> 'giveback'
+	on conflict (batch_id, seq) do update set
+		outcome = excluded.outcome, label = excluded.label, score = excluded.score, model = excluded.model,
+		attempts = r.attempts + excluded.attempts, latency_ms = excluded.latency_ms, error = excluded.error,
+		queued_ms = excluded.queued_ms, started_ms = excluded.started_ms, finished_ms = excluded.finished_ms,
+		finished_at = excluded.finished_at, worker = excluded.worker
+)
+select seq from upd
+union all
+-- Rows this worker already finished: a round trip whose answer was lost
+-- (the connection dropped at its commit) is sent again; those results are
+-- in, not refused.
+select d.seq from d
+join hfsent.item i on i.batch_id = $1 and i.seq = d.seq and i.state = 'done'
+join hfsent.result r on r.batch_id = $1 and r.seq = d.seq and r.worker = $15
+where d.action = 'done' and d.seq not in (select seq from upd)`
+
+// claim is the second statement: in a snapshot taken after the batch row
+// is locked, it counts the rows running under an unexpired lease (in all
+// and per client), takes the room the global cap, the rate bucket and the
+// request leave, ranks the first pending, due rows of each client (a
+// LATERAL probe of the pending index per client: the cost does not grow
+// with the backlog), gives the room first to the clients with the fewest
+// rows running, within the per-client cap, and leases what it picked. Every
+// time is clock_timestamp(), taken after the lock, never now(), the
+// transaction's start. Between clients with as many rows running, the one
+// served longest ago goes first, so that one-row claims take turns rather
+// than drain the oldest client first.
+const claim = `
+with t as (select clock_timestamp() as now),
+b as (
+	select batch.global_cap, batch.client_cap, batch.global_rps, batch.started_at, batch.client_column,
+	       (batch.paused_until > t.now) or (not $5::bool and batch.breaker_open_until > t.now) as held,
+	       case when batch.global_rps is null then null
+	            else least(greatest(batch.global_rps, 1), batch.tokens + batch.global_rps * extract(epoch from t.now - batch.tokens_at)) end as avail
+	from hfsent.batch, t where batch.id = $1
+),
+run as (
+	select i.client, count(*)::int as n
+	from hfsent.item i, t
+	where i.batch_id = $1 and i.state = 'running' and i.lease_until > t.now
+	group by i.client
+),
+room as (
+	select case when b.held is true then 0
+	            else greatest(0, least($2::int, b.global_cap - coalesce((select sum(n) from run), 0)::int,
+	                                   coalesce(floor(b.avail)::int, $2::int))) end as r
+	from b
+),
+cand as (
+	select p.seq, c.client, c.served_at, coalesce(run.n, 0) + row_number() over (partition by c.client order by p.seq) as rank
+	from hfsent.client c
+	left join run on run.client = c.client
+	cross join t
+	cross join lateral (
+		select i.seq from hfsent.item i
+		where i.batch_id = $1 and i.client = c.client and i.state = 'pending' and i.available_at <= t.now
+		order by i.seq
+		limit (select r from room)
+		for update skip locked
+	) p
+	where c.batch_id = $1 and (select r from room) > 0
+),
+pick as (
+	select cand.seq, cand.client from cand, b
+	where b.client_cap is null or cand.rank <= b.client_cap
+	order by cand.rank, cand.served_at nulls first, cand.seq
+	limit (select r from room)
+),
+served as (
+	update hfsent.client c set served_at = t.now
+	from t, b where b.client_column is not null and c.batch_id = $1 and c.client in (select client from pick)
+),
+claimed as (
+	update hfsent.item i set state = 'running', attempt = i.attempt + 1, lease_owner = $3,
+		lease_until = t.now + $4 * interval '1 millisecond', claimed_at = t.now
+	from pick, t
+	where i.batch_id = $1 and i.seq = pick.seq
+	returning i.seq, i.attempt
+),
+bucket as (
+	update hfsent.batch set
+		tokens = case when b.global_rps is null then batch.tokens else b.avail - (select count(*) from claimed) end,
+		tokens_at = case when b.global_rps is null then batch.tokens_at else t.now end,
+		started_at = coalesce(batch.started_at, t.now)
+	from b, t
+	where batch.id = $1 and exists (select 1 from claimed) and (b.global_rps is not null or b.started_at is null)
+)
+select c.seq, c.attempt, inp.request_id, inp.text
+from claimed c join hfsent.input inp on inp.batch_id = $1 and inp.seq = c.seq
+order by c.seq`
+
+// remaining says whether rows are still pending or running, and marks the
+// batch finished when none are.
+const remaining = `
+with r as (
+	select exists (select 1 from hfsent.item where batch_id = $1 and state = 'pending')
+	    or exists (select 1 from hfsent.item where batch_id = $1 and state = 'running') as anyleft
+),
+f as (
+	update hfsent.batch set finished_at = coalesce(finished_at, clock_timestamp())
+	where id = $1 and not (select anyleft from r)
+)
+select anyleft from r`
+
+// Cycle runs one round trip (a pipeline of statements): write this
+// worker's results in one transaction; then, in a second, lock the batch
+// row, report this worker's backpressure, claim up to in.Want rows (in
+// another statement, whose snapshot sees every result committed before the
+// lock was granted, these included), and, if asked, see whether anything
+// remains.
+func (s *Session) Cycle(ctx context.Context, in CycleIn) (CycleOut, error) {
+	var out CycleOut
+	batch := &pgx.Batch{}
+	// The results first, in their own transaction, committed durably and
+	// without the batch row: their rows are fenced one by one, and a
+	// commit's flush to disk must not hold up every other worker's claim.
+	if len(in.Done) > 0 {
+		batch.Queue("begin")
+		batch.Queue(complete, completionArgs(s.batch.ID, s.owner, in.Done)...)
+		batch.Queue("commit")
+	}
+	// Then the claim, holding the batch row as briefly as can be. Its
+	// commit need not wait for the disk: a claim lost in a crash of the
+	// database leaves the row pending, and the worker that thought it held
+	// it has its result refused by the fence, so the row is redone.
+	batch.Queue("begin")
+	batch.Queue("set local synchronous_commit to off")
+	batch.Queue(lockBatch, s.batch.ID)
+	if in.Reconcile {
+		batch.Queue(`update hfsent.item set state = 'pending', attempt = attempt - 1, lease_owner = null, lease_until = null
+			where batch_id = $1 and state = 'running' and lease_owner = $2 and seq <> all($3::bigint[])`, s.batch.ID, s.owner, in.Held)
+	}
+	if in.PauseFor > 0 || in.OpenFor > 0 {
+		batch.Queue(reportBackpressure, s.batch.ID, ceilMs(in.PauseFor), ceilMs(in.OpenFor), channel(s.batch.ID))
+	}
+	if in.Want > 0 {
+		batch.Queue(claim, s.batch.ID, in.Want, s.owner, s.lease.Milliseconds(), in.Fallback)
+	}
+	if in.AskRemaining {
+		batch.Queue(remaining, s.batch.ID)
+	}
+	batch.Queue("commit")
+	br := s.db.Pool.SendBatch(ctx, batch)
+	defer br.Close()
+
+	if len(in.Done) > 0 {
+		if _, err := br.Exec(); err != nil {
+			return out, err
+		}
+		rows, err := br.Query()
+		if err != nil {
+			return out, err
+		}
+		written := map[int64]bool{}
+		for rows.Next() {
+			var seq int64
+			if err := rows.Scan(&seq); err != nil {
+				rows.Close()
+				return out, err
+			}
+			written[seq] = true
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return out, err
+		}
+		out.Written = len(written)
+		for _, c := range in.Done {
+			if !written[c.Seq] {
+				out.Discarded = append(out.Discarded, c)
+			}
+		}
+		if _, err := br.Exec(); err != nil {
+			return out, err
+		}
+		out.DoneCommitted = true
+	}
+	for range 2 {
+		if _, err := br.Exec(); err != nil {
+			return out, err
+		}
+	}
+	var pausedMs, openMs float64
+	if err := br.QueryRow().Scan(&pausedMs, &openMs); err != nil {
+		return out, err
+	}
+	out.Paused, out.Open = msDuration(pausedMs), msDuration(openMs)
+	if in.Reconcile {
+		if _, err := br.Exec(); err != nil {
+			return out, err
+		}
+	}
+	if in.PauseFor > 0 || in.OpenFor > 0 {
+		if _, err := br.Exec(); err != nil {
+			return out, err
+		}
+	}
+	if in.Want > 0 {
+		rows, err := br.Query()
+		if err != nil {
+			return out, err
+		}
+		for rows.Next() {
+			var c Claimed
+			if err := rows.Scan(&c.Seq, &c.Attempt, &c.RequestID, &c.Text); err != nil {
+				rows.Close()
+				return out, err
+			}
+			out.Claimed = append(out.Claimed, c)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return out, err
+		}
+	}
+	if in.AskRemaining {
+		if err := br.QueryRow().Scan(&out.Remaining); err != nil {
+			return out, err
+		}
+	}
+	if _, err := br.Exec(); err != nil {
+		return out, err
+	}
+	if err := br.Close(); err != nil {
+		return out, err
+	}
+	return out, nil
+}
+
+// ceilMs is d in whole milliseconds, rounded up (0 stays 0).
+func ceilMs(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
+}
+
+func msDuration(ms float64) time.Duration {
+	if ms <= 0 || math.IsNaN(ms) {
+		return 0
+	}
+	return time.Duration(ms * float64(time.Millisecond))
+}
+
+func completionArgs(batchID int64, owner string, done []Completion) []any {
+	n := len(done)
+	seq, delay := make([]int64, n), make([]int64, n)
+	attempt, attempts := make([]int32, n), make([]int32, n)
+	action, oc, label, model, errs := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	score := make([]float64, n)
+	lat, wait, total := make([]int64, n), make([]int64, n), make([]int64, n)
+	for i, c := range done {
+		seq[i], attempt[i], action[i], oc[i], label[i] = c.Seq, int32(c.Attempt), string(c.Action), c.Outcome, c.Label
+		score[i], model[i], attempts[i], lat[i], errs[i] = c.Score, c.Model, int32(c.Attempts), c.LatencyMs, c.Error
+		wait[i], total[i], delay[i] = c.WaitMs, max(0, c.TotalMs), max(0, c.Delay.Milliseconds())
+	}
+	return []any{batchID, seq, attempt, action, oc, label, score, model, attempts, lat, errs, wait, total, delay, owner}
+}
+
+// Heartbeat renews the leases of the rows this worker holds (held: a claim
+// whose answer was lost is not renewed, so it expires and is redone),
+// records that the worker is alive,
+// and rescues rows whose lease expired under any worker: back to pending
+// after a backoff, or, once their attempts are used up, done with their
+// last failure (or upstream_failed when they never got one).
+func (s *Session) Heartbeat(ctx context.Context, host string, pid int, held []int64) (renewed, rescued, exhausted int64, err error) {
+	b := &pgx.Batch{}
+	b.Queue(`update hfsent.item set lease_until = clock_timestamp() + $3 * interval '1 millisecond'
+		where batch_id = $1 and seq = any($4::bigint[]) and state = 'running' and lease_owner = $2`, s.batch.ID, s.owner, s.lease.Milliseconds(), held)
+	b.Queue(`insert into hfsent.worker (batch_id, id, host, pid) values ($1, $2, $3, $4)
+		on conflict (batch_id, id) do update set seen_at = clock_timestamp()`, s.batch.ID, s.owner, host, pid)
+	b.Queue(rescue, s.batch.ID, channel(s.batch.ID))
+	br := s.db.Pool.SendBatch(ctx, b)
+	defer br.Close()
+	tag, err := br.Exec()
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	renewed = tag.RowsAffected()
+	if _, err := br.Exec(); err != nil {
+		return renewed, 0, 0, err
+	}
+	if err := br.QueryRow().Scan(&rescued, &exhausted); err != nil {
+		return renewed, 0, 0, err
+	}
+	return renewed, rescued, exhausted, br.Close()
+}
+
+const rescue = `
+with t as (select clock_timestamp() as now),
+x as (
+	update hfsent.item i set
+		state = case when i.attempt >= b.max_attempts then 'done' else 'pending' end,
+		available_at = t.now + least(60000, 1000 * power(2, greatest(i.attempt, 1) - 1)) * (0.5 + random() / 2) * interval '1 millisecond',
+		lease_owner = null,
+		lease_until = null
+	from t, hfsent.batch b
+	where b.id = $1 and i.batch_id = $1 and i.state = 'running' and i.lease_until < t.now
+	returning i.seq, i.state, i.attempt, i.claimed_at, b.started_at
+),
+r as (
+	insert into hfsent.result (batch_id, seq, outcome, error, queued_ms, started_ms, finished_ms, worker)
+	select $1, x.seq, 'upstream_failed',
+	       'no result: the worker holding it stopped (crashed or stalled past its lease) on each of ' || x.attempt || ' attempts',
+	       greatest(0, (extract(epoch from x.claimed_at - x.started_at) * 1000)::bigint), null,
+	       greatest(0, (extract(epoch from t.now - x.started_at) * 1000)::bigint), ''
+	from x, t where x.state = 'done'
+	on conflict (batch_id, seq) do nothing
+),
+n as (select pg_notify($2, 'rescue') from x limit 1)
+select count(*) filter (where state = 'pending'), count(*) filter (where state = 'done') from x, (select count(*) from n) nn`
+
+func (s *Session) String() string { return fmt.Sprintf("worker %s on batch %q", s.owner, s.batch.Name) }

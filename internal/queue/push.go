@@ -1,0 +1,339 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"io"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/hfsent/hfsent/internal/engine"
+	"github.com/hfsent/hfsent/internal/input"
+	"github.com/hfsent/hfsent/internal/outcome"
+)
+
+// Source yields input rows in order; io.EOF ends it.
+type Source interface {
+	Next() (input.Row, error)
+}
+
+// PushRequest is one push.
+type PushRequest struct {
+	Spec Spec
+	// Given reports whether a setting of Spec was given on the command line
+	// (by flag name); a given setting that differs from an existing batch's
+	// is refused.
+	Given func(flag string) bool
+	// Source names the input in messages and in the push record.
+	Source string
+	// Digest is the input's SHA-256 when known before reading (a regular
+	// file), else "", and DigestAfter is asked once the source is read.
+	Digest      string
+	DigestAfter func() string
+	// Progress, when set, is told the rows copied so far, now and then.
+	Progress func(rows int64)
+}
+
+// PushResult says what a push did.
+type PushResult struct {
+	Batch   *Batch
+	Created bool  // the batch was created by this push
+	Already bool  // the same file was pushed before: nothing was added
+	Rows    int64 // rows added
+	Invalid int64 // of them, stored as invalid_input
+}
+
+// seqBlock is the room a push reserves in a batch's seq space: seqs order
+// rows in push order, and reserving a block lets a push copy its rows
+// without holding the batch row, which claims lock.
+const seqBlock = int64(1) << 32
+
+// Push migrates the schema if needed, creates the batch (or checks it
+// against req.Spec), and copies src into it in one transaction: every row
+// is stored, a row that breaks the rules already finished as invalid_input.
+// Pushing the same file again adds nothing; a file with ids already in the
+// batch (from another file) is refused.
+func (db *DB) Push(ctx context.Context, req PushRequest, src Source) (PushResult, error) {
+	if _, _, err := db.Migrate(ctx); err != nil {
+		return PushResult{}, err
+	}
+	b, created, err := db.ensureBatch(ctx, req)
+	if err != nil {
+		return PushResult{}, err
+	}
+	res := PushResult{Batch: b, Created: created}
+
+	tx, err := db.Pool.Begin(ctx)
+	if err != nil {
+		return res, fmt.Errorf("%w at %s: %s", ErrConnect, db.url, summarise(err))
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	if _, err := tx.Exec(ctx, "select 1 from hfsent.push_lock where batch_id = $1 for update", b.ID); err != nil {
+		return res, fmt.Errorf("locking batch %q for a push: %s", b.Name, summarise(err))
+	}
+	if req.Digest != "" {
+		if already, err := pushed(ctx, tx, b.ID, req.Digest); err != nil || already {
+			res.Already = already
+			return res, err
+		}
+	}
+	var hadRows bool
+	if err := tx.QueryRow(ctx, "select exists (select 1 from hfsent.push where batch_id = $1)", b.ID).Scan(&hadRows); err != nil {
+		return res, fmt.Errorf("reading batch %q: %s", b.Name, summarise(err))
+	}
+	var base int64
+	if err := tx.QueryRow(ctx, "update hfsent.batch set next_seq = next_seq + $2 where id = $1 returning next_seq - $2",
+		b.ID, seqBlock).Scan(&base); err != nil {
+		return res, fmt.Errorf("reserving rows in batch %q: %s", b.Name, summarise(err))
+	}
+
+	cs := &copySource{src: src, base: base, batch: b.ID, rules: engine.Rules{MaxChars: b.MaxChars},
+		seed: maphash.MakeSeed(), ids: map[uint64]struct{}{}, progress: req.Progress}
+	if _, err := tx.CopyFrom(ctx, pgx.Identifier{"hfsent", "input"}, []string{"batch_id", "seq", "request_id", "text"}, cs); err != nil {
+		if cs.readErr != nil {
+			return res, cs.readErr
+		}
+		return res, fmt.Errorf("copying rows into batch %q: %s", b.Name, summarise(err))
+	}
+	digest := req.Digest
+	if digest == "" && req.DigestAfter != nil {
+		digest = req.DigestAfter()
+		if already, err := pushed(ctx, tx, b.ID, digest); err != nil || already {
+			res.Already = already
+			return res, err
+		}
+	}
+	if hadRows {
+		if err := checkOverlap(ctx, tx, b, base, req.Source); err != nil {
+			return res, err
+		}
+	}
+	if _, err := tx.CopyFrom(ctx, pgx.Identifier{"hfsent", "item"}, []string{"batch_id", "seq", "client", "state"},
+		pgx.CopyFromSlice(len(cs.items), func(i int) ([]any, error) {
+			it := cs.items[i]
+			state := "pending"
+			if it.problem != "" {
+				state = "done"
+			}
+			return []any{b.ID, base + int64(i), it.client, state}, nil
+		})); err != nil {
+		return res, fmt.Errorf("queueing rows of batch %q: %s", b.Name, summarise(err))
+	}
+	if len(cs.invalid) > 0 {
+		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"hfsent", "result"}, []string{"batch_id", "seq", "outcome", "error", "started_ms"},
+			pgx.CopyFromSlice(len(cs.invalid), func(i int) ([]any, error) {
+				k := cs.invalid[i]
+				return []any{b.ID, base + int64(k), string(outcome.InvalidInput), cs.items[k].problem, nil}, nil
+			})); err != nil {
+			return res, fmt.Errorf("storing invalid rows of batch %q: %s", b.Name, summarise(err))
+		}
+	}
+	if _, err := tx.Exec(ctx, `insert into hfsent.client (batch_id, client) select $1, c from unnest($2::text[]) c on conflict do nothing`,
+		b.ID, cs.clientList()); err != nil {
+		return res, fmt.Errorf("storing the clients of batch %q: %s", b.Name, summarise(err))
+	}
+	if _, err := tx.Exec(ctx, `insert into hfsent.push (batch_id, digest, source, first_seq, rows) values ($1, $2, $3, $4, $5)`,
+		b.ID, digest, req.Source, base, int64(len(cs.items))); err != nil {
+		return res, fmt.Errorf("recording the push into batch %q: %s", b.Name, summarise(err))
+	}
+	if len(cs.items) > len(cs.invalid) {
+		if _, err := tx.Exec(ctx, "update hfsent.batch set finished_at = null where id = $1", b.ID); err != nil {
+			return res, fmt.Errorf("updating batch %q: %s", b.Name, summarise(err))
+		}
+	}
+	if _, err := tx.Exec(ctx, "select pg_notify($1, 'push')", channel(b.ID)); err != nil {
+		return res, fmt.Errorf("notifying workers: %s", summarise(err))
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return res, fmt.Errorf("committing the push into batch %q: %s", b.Name, summarise(err))
+	}
+	res.Rows, res.Invalid = int64(len(cs.items)), int64(len(cs.invalid))
+	res.Batch.Rows += res.Rows
+	return res, nil
+}
+
+// channel is the LISTEN/NOTIFY channel of a batch.
+func channel(batchID int64) string { return fmt.Sprintf("hfsent_batch_%d", batchID) }
+
+func pushed(ctx context.Context, tx pgx.Tx, batchID int64, digest string) (bool, error) {
+	var n int
+	err := tx.QueryRow(ctx, "select count(*) from hfsent.push where batch_id = $1 and digest = $2", batchID, digest).Scan(&n)
+	if err != nil {
+		return false, fmt.Errorf("reading the pushes: %s", summarise(err))
+	}
+	return n > 0, nil
+}
+
+// checkOverlap refuses a push whose ids are already in the batch (from
+// another file: the same file is recognised before).
+func checkOverlap(ctx context.Context, tx pgx.Tx, b *Batch, base int64, source string) error {
+	rows, err := tx.Query(ctx, `
+		select a.request_id, p.source
+		from hfsent.input a
+		join hfsent.input o on o.batch_id = a.batch_id and o.seq < $2 and btrim(o.request_id) = btrim(a.request_id)
+		join hfsent.push p on p.batch_id = o.batch_id and o.seq >= p.first_seq and o.seq < p.first_seq + $3
+		where a.batch_id = $1 and a.seq >= $2
+		limit 3`, b.ID, base, seqBlock)
+	if err != nil {
+		return fmt.Errorf("checking ids against batch %q: %s", b.Name, summarise(err))
+	}
+	defer rows.Close()
+	var ids []string
+	var from string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id, &from); err != nil {
+			return fmt.Errorf("checking ids against batch %q: %s", b.Name, summarise(err))
+		}
+		ids = append(ids, fmt.Sprintf("%q", id))
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("checking ids against batch %q: %s", b.Name, summarise(err))
+	}
+	if len(ids) > 0 {
+		return fmt.Errorf("%w: %s has ids already in batch %q (pushed from %s), e.g. %s; push it into another batch (--batch), or give the rows new ids",
+			ErrRefused, source, b.Name, from, strings.Join(ids, ", "))
+	}
+	return nil
+}
+
+// ensureBatch creates the batch, or checks that the settings given agree
+// with the existing one's.
+func (db *DB) ensureBatch(ctx context.Context, req PushRequest) (*Batch, bool, error) {
+	s := req.Spec
+	var cc, cl any
+	if s.ClientColumn != "" {
+		cc = s.ClientColumn
+	}
+	if s.ClientCap > 0 {
+		cl = s.ClientCap
+	}
+	var rps any
+	if s.GlobalRPS > 0 {
+		rps = s.GlobalRPS
+	}
+	var id int64
+	err := db.Pool.QueryRow(ctx, `
+		with b as (
+			insert into hfsent.batch (name, model, global_cap, client_column, client_cap, global_rps, tokens, lease_ms, max_attempts, max_chars)
+			values ($1, $2, $3, $4::text, $5::int, $6::float8, coalesce($6::float8, 0), $7, $8, $9)
+			on conflict (name) do nothing
+			returning id
+		), l as (insert into hfsent.push_lock (batch_id) select id from b)
+		select id from b`,
+		s.Name, s.Model, s.GlobalCap, cc, cl, rps, s.Lease.Milliseconds(), s.MaxAttempts, s.MaxChars).Scan(&id)
+	created := err == nil
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return nil, false, fmt.Errorf("creating batch %q: %s", s.Name, summarise(err))
+	}
+	b, err := db.Batch(ctx, s.Name)
+	if err != nil || created {
+		return b, created, err
+	}
+	given := req.Given
+	if given == nil {
+		given = func(string) bool { return false }
+	}
+	for _, c := range []struct {
+		flag       string
+		have, want any
+	}{
+		{"model", b.Model, s.Model},
+		{"global-cap", b.GlobalCap, s.GlobalCap},
+		{"client-column", b.ClientColumn, s.ClientColumn},
+		{"client-cap", b.ClientCap, s.ClientCap},
+		{"global-rps", b.GlobalRPS, s.GlobalRPS},
+		{"lease", b.Lease, s.Lease},
+		{"max-attempts", b.MaxAttempts, s.MaxAttempts},
+		{"max-chars", b.MaxChars, s.MaxChars},
+	} {
+		if given(c.flag) && c.have != c.want {
+			return nil, false, fmt.Errorf("%w: batch %q was created with --%s %v; a push cannot change it (drop the batch, or push into a new one)",
+				ErrRefused, b.Name, c.flag, c.have)
+		}
+	}
+	return b, false, nil
+}
+
+// copySource feeds CopyFrom the input rows, checking each as classify does
+// and remembering what the item and result tables need.
+type copySource struct {
+	src      Source
+	base     int64
+	batch    int64
+	rules    engine.Rules
+	seed     maphash.Seed
+	ids      map[uint64]struct{}
+	progress func(int64)
+
+	row     input.Row
+	items   []pushItem
+	invalid []int // indexes into items
+	clients map[string]struct{}
+	readErr error
+}
+
+type pushItem struct {
+	client  string
+	problem string
+}
+
+func (c *copySource) Next() bool {
+	row, err := c.src.Next()
+	if errors.Is(err, io.EOF) {
+		return false
+	}
+	if err != nil {
+		c.readErr = err
+		return false
+	}
+	problem := c.rules.Check(row, c.duplicate)
+	if problem == "" && (strings.ContainsRune(row.ID, 0) || strings.ContainsRune(row.Text, 0)) {
+		// PostgreSQL text cannot hold a NUL byte.
+		problem = "id or text holds a NUL byte"
+	}
+	row.ID, row.Text = strings.ReplaceAll(row.ID, "\x00", ""), strings.ReplaceAll(row.Text, "\x00", "")
+	row.Client = strings.ReplaceAll(row.Client, "\x00", "")
+	c.row = row
+	c.items = append(c.items, pushItem{client: row.Client, problem: problem})
+	if problem != "" {
+		c.invalid = append(c.invalid, len(c.items)-1)
+	} else {
+		if c.clients == nil {
+			c.clients = map[string]struct{}{}
+		}
+		c.clients[row.Client] = struct{}{}
+	}
+	if c.progress != nil && len(c.items)%4096 == 0 {
+		c.progress(int64(len(c.items)))
+	}
+	return true
+}
+
+func (c *copySource) Values() ([]any, error) {
+	return []any{c.batch, c.base + int64(len(c.items)-1), c.row.ID, c.row.Text}, nil
+}
+
+func (c *copySource) Err() error { return c.readErr }
+
+// duplicate reports whether id came before in this file, spaces around it
+// ignored, as classify does (a 64-bit hash per id).
+func (c *copySource) duplicate(id string) bool {
+	h := maphash.String(c.seed, strings.TrimSpace(id))
+	if _, ok := c.ids[h]; ok {
+		return true
+	}
+	c.ids[h] = struct{}{}
+	return false
+}
+
+func (c *copySource) clientList() []string {
+	out := make([]string, 0, len(c.clients))
+	for k := range c.clients {
+		out = append(out, k)
+	}
+	return out
+}

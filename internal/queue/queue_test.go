@@ -1,0 +1,471 @@
+package queue
+
+import (
+	"context"
+	"encoding/csv"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hfsent/hfsent/internal/input"
+	"github.com/hfsent/hfsent/internal/queue/pgtest"
+	"github.com/hfsent/hfsent/internal/results"
+)
+
+func openDB(t *testing.T) *DB {
+	t.Helper()
+	db, err := Open(context.Background(), pgtest.URL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(db.Close)
+	return db
+}
+
+// rows is a Source of rows {id, text, client}.
+type rows struct {
+	r [][3]string
+	i int
+}
+
+func (s *rows) Next() (input.Row, error) {
+	if s.i == len(s.r) {
+		return input.Row{}, io.EOF
+	}
+	r := s.r[s.i]
+	s.i++
+	return input.Row{Seq: int64(s.i - 1), ID: r[0], Text: r[1], Client: r[2]}, nil
+}
+
+func spec(name string) Spec {
+	return Spec{Name: name, Model: "m", GlobalCap: 4, Lease: 30 * time.Second, MaxAttempts: 3, MaxChars: 100}
+}
+
+func push(t *testing.T, db *DB, s Spec, digest string, r [][3]string) PushResult {
+	t.Helper()
+	res, err := db.Push(context.Background(), PushRequest{Spec: s, Source: digest + ".csv", Digest: digest}, &rows{r: r})
+	if err != nil {
+		t.Fatalf("push %s: %v", digest, err)
+	}
+	return res
+}
+
+func gen(prefix string, n int, client string) [][3]string {
+	out := make([][3]string, n)
+	for i := range out {
+		out[i] = [3]string{fmt.Sprintf("%s%04d", prefix, i), fmt.Sprintf("text %s %d", prefix, i), client}
+	}
+	return out
+}
+
+// succeed finishes claimed rows as success.
+func succeed(cs []Claimed, label string) []Completion {
+	out := make([]Completion, len(cs))
+	for i, c := range cs {
+		out[i] = Completion{Seq: c.Seq, Attempt: c.Attempt, Action: Finish, Outcome: "success", Label: label, Score: 0.9,
+			Model: "m", Attempts: 1, LatencyMs: 5, WaitMs: 0, TotalMs: 5}
+	}
+	return out
+}
+
+func exportRows(t *testing.T, db *DB, name string) []results.Row {
+	t.Helper()
+	var b strings.Builder
+	w, err := results.NewWriter(&b, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Export(context.Background(), name, w, false); err != nil {
+		t.Fatal(err)
+	}
+	recs, err := csv.NewReader(strings.NewReader(b.String())).ReadAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []results.Row
+	for _, f := range recs[1:] {
+		// Model holds the outcome column, for the tests.
+		out = append(out, results.Row{RequestID: f[0], Label: f[2], Model: f[4], Error: f[8]})
+	}
+	return out
+}
+
+func TestPushIdempotentRefusedAndInOrder(t *testing.T) {
+	db := openDB(t)
+	ctx := context.Background()
+	s := spec("b")
+	first := append(gen("a", 5, ""), [3]string{"a0001", "dup id", ""}, [3]string{"x", "  ", ""})
+	res := push(t, db, s, "d1", first)
+	if !res.Created || res.Rows != 7 || res.Invalid != 2 {
+		t.Fatalf("first push: %+v", res)
+	}
+	// The same file again: nothing doubled.
+	again := push(t, db, s, "d1", first)
+	if !again.Already || again.Rows != 0 {
+		t.Fatalf("second push of the same file: %+v", again)
+	}
+	// Another file with an id already there: refused, nothing added.
+	_, err := db.Push(ctx, PushRequest{Spec: s, Source: "other.csv", Digest: "d2"}, &rows{r: [][3]string{{"z1", "new", ""}, {"a0003", "clash", ""}}})
+	if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), `"a0003"`) || !strings.Contains(err.Error(), "d1.csv") {
+		t.Fatalf("overlapping push: %v", err)
+	}
+	// A setting given that differs from the batch's: refused.
+	s2 := s
+	s2.GlobalCap = 9
+	_, err = db.Push(ctx, PushRequest{Spec: s2, Source: "c.csv", Digest: "d3", Given: func(f string) bool { return f == "global-cap" }}, &rows{r: gen("c", 1, "")})
+	if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "--global-cap 4") {
+		t.Fatalf("changed cap: %v", err)
+	}
+	// New ids append after the first file.
+	push(t, db, s, "d4", gen("b", 3, ""))
+	got := exportRows(t, db, "b")
+	var ids []string
+	for _, r := range got {
+		ids = append(ids, r.RequestID+":"+r.Model)
+	}
+	want := "a0000:not_attempted a0001:not_attempted a0002:not_attempted a0003:not_attempted a0004:not_attempted a0001:invalid_input x:invalid_input b0000:not_attempted b0001:not_attempted b0002:not_attempted"
+	if strings.Join(ids, " ") != want {
+		t.Fatalf("export order:\n got %s\nwant %s", strings.Join(ids, " "), want)
+	}
+	st, err := db.Status(ctx, "b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Total() != 10 || st.Pending != 8 || st.Done != 2 || st.Outcomes["invalid_input"] != 2 {
+		t.Fatalf("status does not add up: %+v", st)
+	}
+}
+
+// Many sessions claim at once, each holding rows a random while: the rows
+// they hold never exceed the global cap nor the per-client cap. A session's
+// count is raised once the claim has committed and lowered before its
+// completion commits, so it never exceeds what the database counts: an
+// over-admission in the database shows here.
+func TestCapsHoldUnderConcurrentClaims(t *testing.T) {
+	db := openDB(t)
+	s := spec("caps")
+	s.GlobalCap, s.ClientCap, s.ClientColumn = 5, 2, "client"
+	var r [][3]string
+	r = append(r, gen("tiny", 3, "tiny")...)
+	r = append(r, gen("small", 40, "small")...)
+	r = append(r, gen("big", 150, "big")...)
+	r = append(r, gen("huge", 150, "huge")...)
+	res := push(t, db, s, "d", r)
+	b := res.Batch
+
+	var mu sync.Mutex
+	total, maxTotal := 0, 0
+	per, maxPer := map[string]int{}, 0
+	client := func(seq int64) string { return r[seq][2] }
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for w := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sess := db.NewSession(b, fmt.Sprintf("w%d", w), 30*time.Second)
+			var held []Claimed
+			for range 2000 {
+				var done []Claimed
+				if len(held) > 0 && rand.IntN(2) == 0 {
+					k := rand.IntN(len(held)) + 1
+					done, held = held[:k], held[k:]
+				}
+				mu.Lock()
+				for _, c := range done {
+					total--
+					per[client(c.Seq)]--
+				}
+				mu.Unlock()
+				out, err := sess.Cycle(context.Background(), CycleIn{Done: succeed(done, "P"), Want: 1 + rand.IntN(4), AskRemaining: len(held) == 0})
+				if err != nil {
+					errs <- err
+					return
+				}
+				mu.Lock()
+				for _, c := range out.Claimed {
+					total++
+					per[client(c.Seq)]++
+					maxTotal = max(maxTotal, total)
+					maxPer = max(maxPer, per[client(c.Seq)])
+				}
+				mu.Unlock()
+				held = append(held, out.Claimed...)
+				if len(held) == 0 && len(out.Claimed) == 0 && !out.Remaining {
+					return
+				}
+				time.Sleep(time.Duration(rand.IntN(2000)) * time.Microsecond)
+			}
+			errs <- fmt.Errorf("session %d did not finish", w)
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if maxTotal > 5 || maxPer > 2 {
+		t.Fatalf("caps broken: %d rows held at once (cap 5), %d by one client (cap 2)", maxTotal, maxPer)
+	}
+	if maxTotal < 4 {
+		t.Fatalf("at most %d rows held at once: the caps were never approached, so not tested", maxTotal)
+	}
+	st, err := db.Status(context.Background(), "caps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Done != int64(len(r)) || st.Outcomes["success"] != int64(len(r)) {
+		t.Fatalf("not every row finished once: %+v", st)
+	}
+}
+
+// One-row claims take turns between clients: a client with 5 rows behind
+// one with 500 (pushed first) is served long before the big one is done,
+// both when a row of the big one is running (the client with fewer rows
+// running goes first) and when none is (the one served longest ago goes
+// first).
+func TestSmallClientIsNotStarved(t *testing.T) {
+	for _, hold := range []int{1, 0} {
+		t.Run(fmt.Sprintf("held=%d", hold), func(t *testing.T) {
+			db := openDB(t)
+			s := spec("fair")
+			s.GlobalCap, s.ClientColumn = hold+1, "client"
+			r := append(gen("big", 500, "big"), gen("small", 5, "small")...)
+			b := push(t, db, s, "d", r).Batch
+			sess := db.NewSession(b, "w", 30*time.Second)
+			var held []Claimed
+			bigDone, smallDone := 0, 0
+			for smallDone < 5 {
+				var done []Claimed
+				if len(held) > hold {
+					done, held = held[:1], held[1:]
+				}
+				for _, c := range done {
+					if c.Seq < 500 {
+						bigDone++
+					} else {
+						smallDone++
+					}
+				}
+				out, err := sess.Cycle(context.Background(), CycleIn{Done: succeed(done, "P"), Want: 1})
+				if err != nil {
+					t.Fatal(err)
+				}
+				held = append(held, out.Claimed...)
+				if bigDone > 100 {
+					t.Fatalf("the small client has %d of 5 rows done after %d of the big one's: starved", smallDone, bigDone)
+				}
+			}
+			if bigDone > 10 {
+				t.Fatalf("the small client finished after %d of the big one's rows; want turns", bigDone)
+			}
+		})
+	}
+}
+
+// A worker that stalls past its lease loses its rows to another, and its
+// late results are discarded, never written over the other's.
+func TestFencedCompletionAfterRescue(t *testing.T) {
+	db := openDB(t)
+	s := spec("fence")
+	s.Lease = 300 * time.Millisecond
+	b := push(t, db, s, "d", gen("r", 2, "")).Batch
+	ctx := context.Background()
+	a := db.NewSession(b, "A", 0)
+	outA, err := a.Cycle(ctx, CycleIn{Want: 2})
+	if err != nil || len(outA.Claimed) != 2 {
+		t.Fatalf("A claimed %v: %v", outA.Claimed, err)
+	}
+	time.Sleep(400 * time.Millisecond)
+	bs := db.NewSession(b, "B", 30*time.Second)
+	_, rescued, exhausted, err := bs.Heartbeat(ctx, "h", 1, nil)
+	if err != nil || rescued != 2 || exhausted != 0 {
+		t.Fatalf("rescue: %d back, %d exhausted, %v", rescued, exhausted, err)
+	}
+	var got []Claimed
+	deadline := time.Now().Add(5 * time.Second)
+	for len(got) < 2 && time.Now().Before(deadline) {
+		out, err := bs.Cycle(ctx, CycleIn{Want: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, out.Claimed...)
+		time.Sleep(50 * time.Millisecond)
+	}
+	if len(got) != 2 || got[0].Attempt != 2 {
+		t.Fatalf("B claimed %+v", got)
+	}
+	// A comes back while B holds the rows: its results are refused.
+	late, err := a.Cycle(ctx, CycleIn{Done: succeed(outA.Claimed, "A")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if late.Written != 0 || len(late.Discarded) != 2 {
+		t.Fatalf("A's late results: %d written, %d discarded; want 0 and 2", late.Written, len(late.Discarded))
+	}
+	outB, err := bs.Cycle(ctx, CycleIn{Done: succeed(got, "B")})
+	if err != nil || outB.Written != 2 {
+		t.Fatalf("B wrote %d: %v", outB.Written, err)
+	}
+	for _, r := range exportRows(t, db, "fence") {
+		if r.Label != "B" {
+			t.Fatalf("row %s has label %q: the stalled worker overwrote it", r.RequestID, r.Label)
+		}
+	}
+}
+
+// A row whose attempts are used up ends with its last failure; one that
+// never got a result ends upstream_failed, saying why.
+func TestRescueUsesUpAttempts(t *testing.T) {
+	db := openDB(t)
+	s := spec("rescue")
+	s.Lease, s.MaxAttempts = 200*time.Millisecond, 2
+	b := push(t, db, s, "d", gen("r", 2, "")).Batch
+	ctx := context.Background()
+	w := db.NewSession(b, "w", 0)
+	out, err := w.Cycle(ctx, CycleIn{Want: 2})
+	if err != nil || len(out.Claimed) != 2 {
+		t.Fatal(out, err)
+	}
+	// r0000 fails and is retried at once; r0001's worker vanishes.
+	fail := Completion{Seq: out.Claimed[0].Seq, Attempt: 1, Action: Retry, Outcome: "upstream_timeout", Error: "slow", WaitMs: 0, TotalMs: 3, Attempts: 1}
+	if _, err := w.Cycle(ctx, CycleIn{Done: []Completion{fail}}); err != nil {
+		t.Fatal(err)
+	}
+	// Claim r0000 again (attempt 2), then let both leases expire.
+	var again []Claimed
+	for deadline := time.Now().Add(3 * time.Second); len(again) == 0 && time.Now().Before(deadline); {
+		o, err := w.Cycle(ctx, CycleIn{Want: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		again = o.Claimed
+	}
+	if len(again) != 1 || again[0].Attempt != 2 {
+		t.Fatalf("second claim: %+v", again)
+	}
+	time.Sleep(300 * time.Millisecond)
+	other := db.NewSession(b, "o", time.Second)
+	_, back, exhausted, err := other.Heartbeat(ctx, "h", 1, nil)
+	if err != nil || back != 1 || exhausted != 1 {
+		t.Fatalf("rescue: %d back, %d exhausted, %v", back, exhausted, err)
+	}
+	rs := exportRows(t, db, "rescue")
+	if rs[0].Model != "upstream_timeout" || rs[0].Error != "slow" {
+		t.Fatalf("r0000 ended %s %q; want its last failure", rs[0].Model, rs[0].Error)
+	}
+	if rs[1].Model != "not_attempted" {
+		t.Fatalf("r0001 is %s; want pending again", rs[1].Model)
+	}
+}
+
+func TestGiveBackUndoesTheClaim(t *testing.T) {
+	db := openDB(t)
+	b := push(t, db, spec("give"), "d", gen("r", 1, "")).Batch
+	ctx := context.Background()
+	w := db.NewSession(b, "w", 0)
+	out, _ := w.Cycle(ctx, CycleIn{Want: 1})
+	gb := Completion{Seq: out.Claimed[0].Seq, Attempt: 1, Action: GiveBack, Outcome: "not_attempted", WaitMs: -1}
+	if o, err := w.Cycle(ctx, CycleIn{Done: []Completion{gb}}); err != nil || o.Written != 1 {
+		t.Fatal(o, err)
+	}
+	out, _ = w.Cycle(ctx, CycleIn{Want: 1})
+	if len(out.Claimed) != 1 || out.Claimed[0].Attempt != 1 {
+		t.Fatalf("after a give-back the row is claimed as %+v; want attempt 1 again", out.Claimed)
+	}
+}
+
+// A 429 pause or an open breaker reported by one worker holds every
+// worker's claims until it passes; a worker with a fallback claims through
+// an open breaker.
+func TestSharedPauseAndBreaker(t *testing.T) {
+	db := openDB(t)
+	b := push(t, db, spec("bp"), "d", gen("r", 4, "")).Batch
+	ctx := context.Background()
+	a, o := db.NewSession(b, "a", 0), db.NewSession(b, "o", 0)
+	if _, err := a.Cycle(ctx, CycleIn{PauseFor: 2 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	out, err := o.Cycle(ctx, CycleIn{Want: 4})
+	if err != nil || len(out.Claimed) != 0 || out.Paused < time.Second || out.Paused > 2100*time.Millisecond {
+		t.Fatalf("during a shared pause: claimed %d, paused %s, %v", len(out.Claimed), out.Paused, err)
+	}
+	if _, err := db.Pool.Exec(ctx, "update hfsent.batch set paused_until = null"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Cycle(ctx, CycleIn{OpenFor: 5 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	out, _ = o.Cycle(ctx, CycleIn{Want: 4})
+	if len(out.Claimed) != 0 || out.Open < 4*time.Second {
+		t.Fatalf("during a shared open breaker: claimed %d, open %s", len(out.Claimed), out.Open)
+	}
+	out, _ = o.Cycle(ctx, CycleIn{Want: 4, Fallback: true})
+	if len(out.Claimed) != 4 {
+		t.Fatalf("with a fallback, claimed %d of 4 through an open breaker", len(out.Claimed))
+	}
+}
+
+// --global-rps: claims draw from a bucket in the batch row.
+func TestGlobalRateBucket(t *testing.T) {
+	db := openDB(t)
+	s := spec("rps")
+	s.GlobalCap, s.GlobalRPS = 1000, 4
+	b := push(t, db, s, "d", gen("r", 200, "")).Batch
+	w := db.NewSession(b, "w", 0)
+	start := time.Now()
+	claimed := 0
+	for time.Since(start) < time.Second {
+		out, err := w.Cycle(context.Background(), CycleIn{Want: 100})
+		if err != nil {
+			t.Fatal(err)
+		}
+		claimed += len(out.Claimed)
+		time.Sleep(20 * time.Millisecond)
+	}
+	el := time.Since(start).Seconds()
+	if limit := 4 + 4*el + 1; float64(claimed) > limit || claimed < 4 {
+		t.Fatalf("%d rows claimed in %.2fs at --global-rps 4 (burst 4): want between 4 and %.0f", claimed, el, limit)
+	}
+}
+
+func TestSchemaChecks(t *testing.T) {
+	db := openDB(t)
+	ctx := context.Background()
+	if err := db.Check(ctx); !errors.Is(err, ErrNoSchema) {
+		t.Fatalf("empty database: %v", err)
+	}
+	if _, to, err := db.Migrate(ctx); err != nil || to != Latest() {
+		t.Fatalf("migrate: %d %v", to, err)
+	}
+	if err := db.Check(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Pool.Exec(ctx, "update "+versionTable+" set version = version + 1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Check(ctx); !errors.Is(err, ErrNewer) {
+		t.Fatalf("newer schema: %v", err)
+	}
+	if _, _, err := db.Migrate(ctx); !errors.Is(err, ErrNewer) {
+		t.Fatalf("migrate onto a newer schema: %v", err)
+	}
+	if _, err := db.Batch(ctx, "nope"); !errors.Is(err, ErrNoBatch) {
+		t.Fatalf("missing batch: %v", err)
+	}
+}
+
+func TestOpenErrorsHideThePassword(t *testing.T) {
+	ctx := context.Background()
+	for _, u := range []string{"postgres://u:s3cret@127.0.0.1:1/db?connect_timeout=2", "postgres://u:s3cret@[::1:bad/db", "host=127.0.0.1 port=1 password=s3cret connect_timeout=2"} {
+		_, err := Open(ctx, u)
+		if err == nil || strings.Contains(err.Error(), "s3cret") || !(errors.Is(err, ErrURL) || errors.Is(err, ErrConnect)) {
+			t.Errorf("%s: %v", u, err)
+		}
+	}
+}

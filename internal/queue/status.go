@@ -1,0 +1,225 @@
+package queue
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/hfsent/hfsent/internal/outcome"
+	"github.com/hfsent/hfsent/internal/results"
+)
+
+// ClientCount is one client's rows running (under an unexpired lease) and
+// pending.
+type ClientCount struct {
+	Client           string
+	Running, Pending int64
+}
+
+// WorkerSeen is a worker whose heartbeat came in the last minute.
+type WorkerSeen struct {
+	ID, Host string
+	PID      int
+	Seen     time.Duration // ago
+}
+
+// Status is a snapshot of a batch, every count from one snapshot so that
+// they add up.
+type Status struct {
+	Batch    *Batch
+	Pending  int64 // waiting, due or not
+	Running  int64 // leased, lease unexpired
+	Expired  int64 // leased, lease expired: rescued at the next heartbeat
+	Done     int64
+	Outcomes map[outcome.Code]int64 // of the rows done
+	Clients  []ClientCount          // the busiest, at most 10
+	NClients int64
+	Workers  []WorkerSeen
+	// PerMinute is the rows finished in the last minute; ETA the time the
+	// rest take at that rate (0 when unknown).
+	PerMinute int64
+	ETA       time.Duration
+	Paused    time.Duration
+	Open      time.Duration
+}
+
+// Total is every row of the batch.
+func (s *Status) Total() int64 { return s.Pending + s.Running + s.Expired + s.Done }
+
+// Status reads the batch's state.
+func (db *DB) Status(ctx context.Context, name string) (*Status, error) {
+	b, err := db.Batch(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	st := &Status{Batch: b, Outcomes: map[outcome.Code]int64{}}
+	err = pgx.BeginTxFunc(ctx, db.Pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		if err := tx.QueryRow(ctx, `
+			select count(*) filter (where state = 'pending'),
+			       count(*) filter (where state = 'running' and lease_until > clock_timestamp()),
+			       count(*) filter (where state = 'running' and lease_until <= clock_timestamp()),
+			       count(*) filter (where state = 'done')
+			from hfsent.item where batch_id = $1`, b.ID).Scan(&st.Pending, &st.Running, &st.Expired, &st.Done); err != nil {
+			return err
+		}
+		rows, err := tx.Query(ctx, `select r.outcome, count(*) from hfsent.item i join hfsent.result r using (batch_id, seq)
+			where i.batch_id = $1 and i.state = 'done' group by r.outcome`, b.ID)
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			var oc string
+			var n int64
+			if err := rows.Scan(&oc, &n); err != nil {
+				return err
+			}
+			st.Outcomes[outcome.Code(oc)] = n
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		rows, err = tx.Query(ctx, `select client,
+				count(*) filter (where state = 'running' and lease_until > clock_timestamp()) as running,
+				count(*) filter (where state = 'pending') as pending,
+				count(*) over ()
+			from hfsent.item where batch_id = $1 and state in ('pending', 'running')
+			group by client order by running desc, pending desc, client limit 10`, b.ID)
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			var c ClientCount
+			if err := rows.Scan(&c.Client, &c.Running, &c.Pending, &st.NClients); err != nil {
+				return err
+			}
+			st.Clients = append(st.Clients, c)
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		rows, err = tx.Query(ctx, `select id, host, pid, extract(epoch from clock_timestamp() - seen_at) * 1000
+			from hfsent.worker where batch_id = $1 and seen_at > clock_timestamp() - interval '1 minute' order by id`, b.ID)
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			var w WorkerSeen
+			var ms float64
+			if err := rows.Scan(&w.ID, &w.Host, &w.PID, &ms); err != nil {
+				return err
+			}
+			w.Seen = msDuration(ms)
+			st.Workers = append(st.Workers, w)
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		var paused, open float64
+		if err := tx.QueryRow(ctx, `
+			select (select count(*) from hfsent.result r join hfsent.item i using (batch_id, seq)
+			        where r.batch_id = $1 and r.finished_at > clock_timestamp() - interval '1 minute' and i.state = 'done' and r.worker <> ''),
+			       coalesce(extract(epoch from paused_until - clock_timestamp()) * 1000, 0),
+			       coalesce(extract(epoch from breaker_open_until - clock_timestamp()) * 1000, 0)
+			from hfsent.batch where id = $1`, b.ID).Scan(&st.PerMinute, &paused, &open); err != nil {
+			return err
+		}
+		st.Paused, st.Open = msDuration(paused), msDuration(open)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reading the status of batch %q: %s", name, summarise(err))
+	}
+	if left := st.Pending + st.Running + st.Expired; left > 0 && st.PerMinute > 0 {
+		st.ETA = time.Duration(float64(left) / float64(st.PerMinute) * float64(time.Minute))
+	}
+	return st, nil
+}
+
+// ExportStats counts what an export wrote.
+type ExportStats struct {
+	Rows       int64
+	Unfinished int64 // written not_attempted: still pending or running
+	OK         int64
+}
+
+// Export writes every row of the batch, in push order, to w: exactly the
+// results classify writes. A row not finished yet is written not_attempted,
+// its error saying where it is. Rows are streamed from one query, so memory
+// stays flat.
+func (db *DB) Export(ctx context.Context, name string, w *results.Writer, includeText bool) (ExportStats, error) {
+	var st ExportStats
+	b, err := db.Batch(ctx, name)
+	if err != nil {
+		return st, err
+	}
+	text := "''"
+	if includeText {
+		text = "inp.text"
+	}
+	// One read-only transaction: the rows come from one snapshot, read
+	// with a cursor so that a million rows are not held in memory.
+	err = pgx.BeginTxFunc(ctx, db.Pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `
+			select inp.request_id, i.state, coalesce(r.outcome, ''), coalesce(r.label, ''), coalesce(r.score, 0),
+			       coalesce(r.model, ''), coalesce(r.attempts, 0), coalesce(r.latency_ms, 0), coalesce(r.error, ''),
+			       coalesce(r.queued_ms, 0), coalesce(r.started_ms, -1), coalesce(r.finished_ms, 0), `+text+`
+			from hfsent.item i
+			join hfsent.input inp on inp.batch_id = i.batch_id and inp.seq = i.seq
+			left join hfsent.result r on r.batch_id = i.batch_id and r.seq = i.seq
+			where i.batch_id = $1
+			order by i.seq`, b.ID)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		buf := make([]results.Row, 0, 512)
+		for rows.Next() {
+			var r results.Row
+			var state, oc string
+			if err := rows.Scan(&r.RequestID, &state, &oc, &r.Label, &r.Score, &r.Model, &r.Attempts, &r.LatencyMs,
+				&r.Error, &r.QueuedMs, &r.StartedMs, &r.FinishedMs, &r.Text); err != nil {
+				return err
+			}
+			r.Outcome = outcome.Code(oc)
+			if state != "done" {
+				st.Unfinished++
+				r = results.Row{RequestID: r.RequestID, Outcome: outcome.NotAttempted, Attempts: r.Attempts, StartedMs: -1,
+					Error: "not finished: " + state + " in the queue", Text: r.Text}
+			}
+			if r.Outcome.OK() {
+				st.OK++
+			}
+			buf = append(buf, r)
+			if len(buf) == cap(buf) {
+				if err := w.Write(buf); err != nil {
+					return writeError{err}
+				}
+				st.Rows += int64(len(buf))
+				buf = buf[:0]
+			}
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		if err := w.Write(buf); err != nil {
+			return writeError{err}
+		}
+		st.Rows += int64(len(buf))
+		return nil
+	})
+	if we, ok := err.(writeError); ok {
+		return st, we
+	}
+	if err != nil {
+		return st, fmt.Errorf("reading the results of batch %q: %s", name, summarise(err))
+	}
+	return st, nil
+}
+
+// writeError is an error writing the output, not reading the database.
+type writeError struct{ err error }
+
+func (e writeError) Error() string { return e.err.Error() }
+func (e writeError) Unwrap() error { return e.err }
