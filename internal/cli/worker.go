@@ -160,7 +160,7 @@ func runWorker(ctx context.Context, o *workerOptions, ios *IOStreams, log *slog.
 	}
 	guard, _ := cls.(*resilience.Guard)
 
-	ctx, stopSignals := interruptContext(ctx, ios, log, func() {})
+	ctx, stopSignals := interruptContext(ctx, ios, log, nil)
 	defer stopSignals()
 	log.Info("worker started", "batch", b.Name, "owner", owner, "lease", s.Lease(), "global_cap", b.GlobalCap, "client_cap", b.ClientCap, "c", o.prov.concurrency)
 
