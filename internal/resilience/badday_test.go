@@ -258,17 +258,22 @@ func TestOneSlowTextDoesNotCutTheAdaptiveLimit(t *testing.T) {
 	}
 	// When most calls time out, it is overload: the limit comes down.
 	for range 3 {
-		var ps []*Permit
-		for range s.Limit() {
-			p, _ := s.Acquire(context.Background(), nil)
-			ps = append(ps, p)
-		}
-		for _, p := range ps {
-			p.Release(timeout)
-		}
+		fullRound(s, timeout)
 	}
 	if l := s.Limit(); l > 8 {
 		t.Fatalf("limit %d after three rounds of timeouts only, want it cut", l)
+	}
+}
+
+// fullRound sends as many calls as the limit allows, all ending with err.
+func fullRound(s *Slots, err error) {
+	var ps []*Permit
+	for range s.Limit() {
+		p, _ := s.Acquire(context.Background(), nil)
+		ps = append(ps, p)
+	}
+	for _, p := range ps {
+		p.Release(err)
 	}
 }
 
@@ -280,14 +285,7 @@ func TestAdaptiveLimitReturnsWhenTheBreakerCloses(t *testing.T) {
 	s.outageStarted()
 	timeout := &provider.Error{Outcome: outcome.UpstreamTimeout, Msg: "no answer"}
 	for range 5 {
-		var ps []*Permit
-		for range s.Limit() {
-			p, _ := s.Acquire(context.Background(), nil)
-			ps = append(ps, p)
-		}
-		for _, p := range ps {
-			p.Release(timeout)
-		}
+		fullRound(s, timeout)
 	}
 	if l := s.Limit(); l > 5 {
 		t.Fatalf("limit %d during the outage, want it cut", l)

@@ -240,27 +240,12 @@ func (s *Slots) wakeLocked() {
 
 // Release gives the slot back after its call; err is the call's result,
 // which moves the adaptive limit. Releasing twice is harmless.
-func (p *Permit) Release(err error) {
-	if p == nil {
-		return
-	}
-	s := p.s
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if p.released {
-		return
-	}
-	p.released = true
-	s.inUse--
-	if s.adaptive {
-		s.aimd.onResult(p, err, s.inUse)
-		s.c.limit.Store(int64(s.limit()))
-	}
-	s.wakeLocked()
-}
+func (p *Permit) Release(err error) { p.giveBack(true, err) }
 
 // Cancel gives the slot back unused: no call was sent with it.
-func (p *Permit) Cancel() {
+func (p *Permit) Cancel() { p.giveBack(false, nil) }
+
+func (p *Permit) giveBack(sent bool, err error) {
 	if p == nil {
 		return
 	}
@@ -272,8 +257,12 @@ func (p *Permit) Cancel() {
 	}
 	p.released = true
 	s.inUse--
-	if s.adaptive && p.probe {
-		s.aimd.probing = false
+	switch {
+	case s.adaptive && sent:
+		s.aimd.onResult(p, err, s.inUse)
+		s.c.limit.Store(int64(s.limit()))
+	case s.adaptive && p.probe:
+		s.aimd.probing = false // the test of the edge was never sent
 	}
 	s.wakeLocked()
 }
