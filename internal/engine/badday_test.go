@@ -180,3 +180,21 @@ func (f *failingSink) Write(rows []results.Row) error {
 	f.n += len(rows)
 	return nil
 }
+
+// A request that finds no slot because the provider asked everyone to
+// pause (a 429's Retry-After) is told so, with the time left, not just
+// "no capacity".
+func TestNoSlotDuringAPauseIsRateLimited(t *testing.T) {
+	srv := fakehf.Start(&fakehf.Fake{})
+	defer srv.Close()
+	g := guarded(t, srv.URL, resilience.Config{Concurrency: 2})
+	g.PauseUntil(time.Now().Add(3 * time.Second))
+	p := NewPipeline(context.Background(), g, Config{AdmissionWait: 50 * time.Millisecond, FailFast: true})
+	defer p.Close()
+	got := make(chan results.Row, 1)
+	p.Submit(&Job{Row: input.Row{ID: "a", Text: "fine"}, Done: func(r results.Row) { got <- r }})
+	r := <-got
+	if r.Outcome != outcome.UpstreamRateLimited || r.RetryAfter < 2*time.Second || r.Attempts != 0 {
+		t.Fatalf("got %s after %d attempts, Retry-After %s; want upstream_rate_limited, not sent, about 3s", r.Outcome, r.Attempts, r.RetryAfter)
+	}
+}

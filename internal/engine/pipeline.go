@@ -283,6 +283,10 @@ func (p *Pipeline) acquire(j *Job) *resilience.Permit {
 		p.finishNotAttempted(j)
 	case j.Ctx != nil && j.Ctx.Err() != nil:
 		p.finish(j, results.Row{Outcome: outcome.NotAttempted, StartedMs: -1, Error: "not sent: the caller went away"})
+	case p.paused() > 0:
+		// No slot because the provider asked everyone to pause (a 429).
+		p.finish(j, results.Row{Outcome: outcome.UpstreamRateLimited, StartedMs: -1, RetryAfter: p.paused(),
+			Error: "not sent: the provider asked for a pause (HTTP 429 Retry-After)"})
 	default:
 		// About one call's time frees a slot: when to try again.
 		retry := max(time.Second, p.latency())
@@ -290,6 +294,14 @@ func (p *Pipeline) acquire(j *Job) *resilience.Permit {
 			Error: p.capacityMessage()})
 	}
 	return nil
+}
+
+// paused is how long the provider asked every call to wait (0: not).
+func (p *Pipeline) paused() time.Duration {
+	if g, ok := p.cls.(*resilience.Guard); ok {
+		return g.Cooldown()
+	}
+	return 0
 }
 
 func (p *Pipeline) capacityMessage() string {
