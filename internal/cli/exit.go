@@ -67,6 +67,10 @@ func exitCode(err error) int {
 // ExitCheckFailed is check's answer when a batch would not work.
 const ExitCheckFailed = 1
 
+// ExitServeFailed is serve's exit when it could not go on serving (the
+// listener failed); a drain after SIGTERM or SIGINT exits ExitOK.
+const ExitServeFailed = 1
+
 // failPolicy is --fail-on: which row outcomes make a classify run exit 1.
 // any: a single row that is not success or fallback (the default); a rate
 // such as 5%: more than that share of rows failed; none: row outcomes never

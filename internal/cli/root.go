@@ -71,7 +71,7 @@ colour codes, so NO_COLOR and plain terminals need nothing.`,
 	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "info", "log level on stderr: debug, info, warn, error")
 	root.PersistentFlags().StringVar(&g.logFormat, "log-format", "text", "log format on stderr: text or json")
 
-	root.AddCommand(newClassifyCmd(ios, g))
+	root.AddCommand(newClassifyCmd(ios, g), newServeCmd(ios, g))
 	root.AddCommand(newVersionCmd(ios))
 	root.AddCommand(newReportCmd(ios), newCheckCmd(ios), newDocsCmd())
 	registerCompletions(root)
