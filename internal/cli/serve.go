@@ -235,11 +235,12 @@ func runServe(ctx context.Context, o *serveOptions, ios *IOStreams, log *slog.Lo
 		Version:        version,
 		Logger:         log,
 	})
-	log.Info("listening", "addr", ln.Addr().String(), "provider", o.prov.provider, "model", cls.Model(),
-		"concurrency", o.prov.concurrency, "admission_wait", o.prov.admissionWait, "request_timeout", o.requestTimeout,
-		"batch_size", o.batchSize)
 	ctx, stopSignals := serveSignals(ctx, ios, log, o.grace)
 	defer stopSignals()
+	// Logged once the signals are caught: from here a SIGTERM drains.
+	log.Info("listening", "addr", ln.Addr().String(), "provider", o.prov.provider, "model", cls.Model(),
+		"concurrency", o.prov.concurrency, "admission_wait", o.prov.admissionWait, "retries", o.prov.retries,
+		"request_timeout", o.requestTimeout, "batch_size", o.batchSize)
 	if err := srv.Run(ctx, ln); err != nil {
 		return &exitError{code: ExitServeFailed, err: err}
 	}
