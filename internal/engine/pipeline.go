@@ -45,6 +45,10 @@ type Pipeline struct {
 	fatalOnce   sync.Once
 	graceCancel func() bool
 
+	// idleAt (unix nanos) is when the admission queue was last empty, for
+	// Config.ShedStandingQueue.
+	idleAt atomic.Int64
+
 	active, maxActive atomic.Int64
 	calls, retries    atomic.Int64
 	fallbackCalls     atomic.Int64
@@ -88,6 +92,7 @@ func NewPipeline(ctx context.Context, cls provider.Classifier, cfg Config) *Pipe
 		p.cache = dedupe.New[answer](cfg.DedupeSize)
 	}
 	p.admitq = make(chan *Job, cfg.Window)
+	p.idleAt.Store(p.start.UnixNano())
 	p.admitCtx, p.stopAdmit = context.WithCancelCause(ctx)
 	p.callCtx, p.stopCalls = context.WithCancel(context.WithoutCancel(ctx))
 	// Once admission stops, calls in flight get the grace period, then end.
@@ -184,7 +189,14 @@ func (p *Pipeline) Stats() Stats {
 // same call, up to BatchSize; with dedupe, a job whose text is known or in
 // flight takes no slot at all.
 func (p *Pipeline) admit() {
-	for j := range p.admitq {
+	for {
+		if len(p.admitq) == 0 && p.slots.InUse() < p.slots.Limit() {
+			p.idleAt.Store(time.Now().UnixNano()) // no row waits, and a slot is free
+		}
+		j, ok := <-p.admitq
+		if !ok {
+			return
+		}
 		it, ok := p.claim(j)
 		if !ok {
 			continue
@@ -207,8 +219,8 @@ func (p *Pipeline) acquire(j *Job) *resilience.Permit {
 		ctx = j.Ctx
 	}
 	var cancel context.CancelFunc = func() {}
-	if p.cfg.AdmissionWait > 0 {
-		ctx, cancel = context.WithDeadline(ctx, j.At.Add(p.cfg.AdmissionWait))
+	if wait := p.admissionWait(); wait > 0 {
+		ctx, cancel = context.WithDeadline(ctx, j.At.Add(wait))
 	} else if !j.Deadline.IsZero() {
 		ctx, cancel = context.WithDeadline(ctx, j.Deadline)
 	}
@@ -232,10 +244,30 @@ func (p *Pipeline) acquire(j *Job) *resilience.Permit {
 }
 
 func (p *Pipeline) capacityMessage() string {
+	if wait := p.admissionWait(); wait > 0 && wait < p.cfg.AdmissionWait {
+		return fmt.Sprintf("no free slot within %s: every slot has been busy with a queue waiting for over %s", wait, ShedAfter)
+	}
 	if p.cfg.AdmissionWait > 0 {
 		return fmt.Sprintf("no free slot within --admission-wait %s", p.cfg.AdmissionWait)
 	}
 	return "no free slot before the row's deadline"
+}
+
+// Config.ShedStandingQueue's figures: a queue that has not emptied for
+// ShedAfter is a standing queue, not a burst, and rows wait at most
+// ShedWait in it.
+const (
+	ShedAfter = 100 * time.Millisecond
+	ShedWait  = 5 * time.Millisecond
+)
+
+// admissionWait is how long a row may wait for a slot now (0: no bound).
+func (p *Pipeline) admissionWait() time.Duration {
+	wait := p.cfg.AdmissionWait
+	if wait > ShedWait && p.cfg.ShedStandingQueue && time.Since(time.Unix(0, p.idleAt.Load())) > ShedAfter {
+		wait = ShedWait
+	}
+	return wait
 }
 
 func (p *Pipeline) latency() time.Duration {
