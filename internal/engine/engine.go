@@ -71,12 +71,13 @@ type Config struct {
 	// StopOnFatal stops admission when an answer says no other row can
 	// succeed (token, credits, model, no connection): a batch's choice.
 	StopOnFatal bool
-	// ShedStandingQueue: once rows have been queued for a slot without a
-	// break for ShedAfter, a row waits at most ShedWait for one instead of
+	// ShedStandingQueue: once no row has found a free slot on arrival for
+	// ShedAfter (or four calls' latency, if longer), a row waits at most
+	// ShedWait for a slot instead of
 	// AdmissionWait (CoDel's rule). A burst still gets the whole wait; a
 	// sustained overload does not make every admitted row late by it (a
-	// server's choice: in FIFO order, under overload, every admitted row
-	// would have waited nearly AdmissionWait).
+	// server's choice: in arrival order, under overload, every admitted
+	// row would have waited nearly AdmissionWait).
 	ShedStandingQueue bool
 	// Progress is called from Run's writer after each flush; it must be quick.
 	Progress func(Progress)

@@ -45,7 +45,7 @@ type Pipeline struct {
 	fatalOnce   sync.Once
 	graceCancel func() bool
 
-	// idleAt (unix nanos) is when the admission queue was last empty, for
+	// idleAt (unix nanos) is when a row last found a slot at once, for
 	// Config.ShedStandingQueue.
 	idleAt atomic.Int64
 
@@ -189,14 +189,7 @@ func (p *Pipeline) Stats() Stats {
 // same call, up to BatchSize; with dedupe, a job whose text is known or in
 // flight takes no slot at all.
 func (p *Pipeline) admit() {
-	for {
-		if len(p.admitq) == 0 && p.slots.InUse() < p.slots.Limit() {
-			p.idleAt.Store(time.Now().UnixNano()) // no row waits, and a slot is free
-		}
-		j, ok := <-p.admitq
-		if !ok {
-			return
-		}
+	for j := range p.admitq {
 		it, ok := p.claim(j)
 		if !ok {
 			continue
@@ -205,6 +198,9 @@ func (p *Pipeline) admit() {
 		if permit == nil {
 			p.release(it, results.Row{})
 			continue
+		}
+		if now := time.Now(); now.Sub(j.At) < shedGood {
+			p.idleAt.Store(now.UnixNano()) // a slot was there at once: no standing queue
 		}
 		p.dispatch(p.gather([]item{it}), permit)
 	}
@@ -245,7 +241,7 @@ func (p *Pipeline) acquire(j *Job) *resilience.Permit {
 
 func (p *Pipeline) capacityMessage() string {
 	if wait := p.admissionWait(); wait > 0 && wait < p.cfg.AdmissionWait {
-		return fmt.Sprintf("no free slot within %s: every slot has been busy with a queue waiting for over %s", wait, ShedAfter)
+		return fmt.Sprintf("no free slot within %s: every slot has been busy, with requests waiting, for over %s", wait, p.shedAfter())
 	}
 	if p.cfg.AdmissionWait > 0 {
 		return fmt.Sprintf("no free slot within --admission-wait %s", p.cfg.AdmissionWait)
@@ -253,18 +249,24 @@ func (p *Pipeline) capacityMessage() string {
 	return "no free slot before the row's deadline"
 }
 
-// Config.ShedStandingQueue's figures: a queue that has not emptied for
-// ShedAfter is a standing queue, not a burst, and rows wait at most
-// ShedWait in it.
+// Config.ShedStandingQueue's figures: when no row has found a slot
+// within shedGood of its arrival for ShedAfter (or four calls' latency, if
+// longer), the queue is standing, not a burst, and rows wait at most
+// ShedWait in it. Rows admitted while shedding have waited up to ShedWait,
+// more than shedGood, so shedding lasts until the load falls below what
+// the slots serve and rows find slots at once again.
 const (
 	ShedAfter = 100 * time.Millisecond
 	ShedWait  = 5 * time.Millisecond
+	shedGood  = time.Millisecond
 )
+
+func (p *Pipeline) shedAfter() time.Duration { return max(ShedAfter, 4*p.latency()) }
 
 // admissionWait is how long a row may wait for a slot now (0: no bound).
 func (p *Pipeline) admissionWait() time.Duration {
 	wait := p.cfg.AdmissionWait
-	if wait > ShedWait && p.cfg.ShedStandingQueue && time.Since(time.Unix(0, p.idleAt.Load())) > ShedAfter {
+	if wait > ShedWait && p.cfg.ShedStandingQueue && time.Since(time.Unix(0, p.idleAt.Load())) > p.shedAfter() {
 		wait = ShedWait
 	}
 	return wait
