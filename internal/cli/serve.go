@@ -38,6 +38,9 @@ type serveOptions struct {
 	dedupe         bool
 	noDedupe       bool
 	dedupeSet      bool // --dedupe was given
+	shed           bool
+	noShed         bool
+	shedSet        bool // --shed was given
 	rowDeadlineSet bool // --row-deadline was given: classify's, refused here
 }
 
@@ -103,6 +106,7 @@ request: never the text, never the token.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.dedupeSet = cmd.Flags().Changed("dedupe")
+			o.shedSet = cmd.Flags().Changed("shed")
 			o.rowDeadlineSet = cmd.Flags().Changed("row-deadline")
 			log, err := g.logger(ios)
 			if err != nil {
@@ -132,6 +136,8 @@ request: never the text, never the token.`,
 	fs.DurationVar(&o.batchWait, "batch-wait", 5*time.Millisecond, "with --batch-size, how long a call that is not full waits for more texts, never past a request's --admission-wait ("+rangeHelp(minTimeout, maxBatchWait)+")")
 	fs.BoolVar(&o.dedupe, "dedupe", true, "identical texts in flight share one call, and recent answers are reused")
 	fs.BoolVar(&o.noDedupe, "no-dedupe", false, "send every text, even identical ones")
+	fs.BoolVar(&o.shed, "shed", true, "under a sustained overload (every slot busy, with requests waiting, for "+shortDuration(engine.ShedAfter)+" or four calls' latency without a break), a request waits at most "+shortDuration(engine.ShedWait)+" for a slot instead of --admission-wait, so that the requests admitted are not all late by it; bursts still get the whole wait")
+	fs.BoolVar(&o.noShed, "no-shed", false, "always let a request wait the whole --admission-wait, even in a standing queue (e.g. with a long --admission-wait meant to queue)")
 	return cmd
 }
 
@@ -174,6 +180,9 @@ func (o *serveOptions) validate() error {
 	}
 	if o.dedupeSet && o.dedupe && o.noDedupe {
 		return usageErrorf("--dedupe and --no-dedupe contradict each other; give one")
+	}
+	if o.shedSet && o.shed && o.noShed {
+		return usageErrorf("--shed and --no-shed contradict each other; give one")
 	}
 	if _, err := o.idRegexp(); err != nil {
 		return err
@@ -227,6 +236,8 @@ func runServe(ctx context.Context, o *serveOptions, ios *IOStreams, log *slog.Lo
 			BatchSize:     o.batchSize,
 			BatchWait:     o.batchWait,
 			Dedupe:        o.dedupe && !o.noDedupe,
+			// A standing queue only makes every answer late.
+			ShedStandingQueue: o.shed && !o.noShed,
 		},
 		RequestTimeout: o.requestTimeout,
 		Grace:          o.grace,

@@ -39,6 +39,7 @@ func TestServeUsageErrors(t *testing.T) {
 		{[]string{"--batch-size", "0"}, "--batch-size must be between 1 and 1024, got 0"},
 		{[]string{"-c", "4096", "--batch-size", "1024"}, "--concurrency × --batch-size must be at most 65536"},
 		{[]string{"--dedupe", "--no-dedupe"}, "--dedupe and --no-dedupe contradict each other"},
+		{[]string{"--shed", "--no-shed"}, "--shed and --no-shed contradict each other"},
 		{[]string{"--rps", "NaN"}, "--rps must be 0 (no limit) or between 0.001 and 100000, got NaN"},
 		{[]string{"--addr", busy.Addr().String()}, "cannot listen on --addr " + busy.Addr().String() + ": bind: address already in use"},
 		{[]string{"extra"}, `unknown command "extra" for "hfsent serve"`},

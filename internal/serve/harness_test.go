@@ -42,7 +42,7 @@ func defaults() *setup {
 	return &setup{
 		res: resilience.Config{Retries: 1, Concurrency: 8, Timeout: 5 * time.Second},
 		cfg: Config{
-			Pipeline:       engine.Config{AdmissionWait: 35 * time.Millisecond, Dedupe: true},
+			Pipeline:       engine.Config{AdmissionWait: 35 * time.Millisecond, Dedupe: true, ShedStandingQueue: true},
 			RequestTimeout: 15 * time.Second,
 			Grace:          10 * time.Second,
 		},

@@ -69,6 +69,7 @@ func TestSlotsReleasedOnEveryPath(t *testing.T) {
 		s.res.Timeout = 30 * time.Millisecond
 		s.res.BreakerMinCalls = 100_000                // timeouts are not an outage here
 		s.cfg.Pipeline.AdmissionWait = 3 * time.Second // the queue itself never refuses here
+		s.cfg.Pipeline.ShedStandingQueue = false       // a queue is wanted here
 		s.cfg.RequestTimeout = 10 * time.Second
 		s.wrap = func(cls provider.Classifier) provider.Classifier { return panicky{cls} }
 	})

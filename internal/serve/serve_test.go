@@ -286,6 +286,7 @@ func TestIdenticalTextsSentOnce(t *testing.T) {
 			h := start(t, f, func(s *setup) {
 				s.cfg.Pipeline.Dedupe = dedupe
 				s.cfg.Pipeline.AdmissionWait = 10 * time.Second
+				s.cfg.Pipeline.ShedStandingQueue = false // a queue is wanted here
 			})
 			var wg sync.WaitGroup
 			var ok atomic.Int64
@@ -339,6 +340,7 @@ func TestMicroBatching(t *testing.T) {
 		s.res.Concurrency = 2
 		s.cfg.Pipeline.BatchSize = 16
 		s.cfg.Pipeline.AdmissionWait = 10 * time.Second
+		s.cfg.Pipeline.ShedStandingQueue = false // a queue is wanted here
 	})
 	text := func(i int) string {
 		if i%3 == 0 {
@@ -382,6 +384,7 @@ func TestClassifyItems(t *testing.T) {
 	h := start(t, f, func(s *setup) {
 		s.cfg.Pipeline.BatchSize = 8
 		s.cfg.Pipeline.AdmissionWait = 5 * time.Second
+		s.cfg.Pipeline.ShedStandingQueue = false // a queue is wanted here
 		s.res.Concurrency = 1
 	})
 	a := h.post(PathClassify, map[string]any{"items": []any{

@@ -28,10 +28,11 @@ import (
 type Config struct {
 	// Pipeline is the engine's configuration: Concurrency (when the
 	// classifier brings no slots of its own), AdmissionWait, Rules,
-	// BatchSize, BatchWait (default 5ms here), Dedupe, DedupeSize. The
-	// server sets the rest: a request never waits for an open breaker or
-	// a long cooldown (FailFast), a 401/402/404 answers the request and
-	// the server goes on (no StopOnFatal), RowDeadline is RequestTimeout.
+	// BatchSize, BatchWait (default 5ms here), Dedupe, DedupeSize,
+	// ShedStandingQueue (--shed: serve turns it on). The server sets the
+	// rest: a request never waits for an open breaker or a long cooldown
+	// (FailFast), a 401/402/404 answers the request and the server goes
+	// on (no StopOnFatal), RowDeadline is RequestTimeout.
 	Pipeline engine.Config
 	// RequestTimeout bounds one request: admission, every attempt,
 	// backoff and cooldown; default 15s.
