@@ -11,7 +11,7 @@ import (
 	"github.com/hfsent/hfsent/internal/outcome"
 )
 
-// Exit codes, as SPEC.md defines them. This file is the one place that turns
+// Exit codes, as the README defines them. This file is the one place that turns
 // errors into them.
 const (
 	ExitOK          = 0
