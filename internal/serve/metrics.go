@@ -19,6 +19,7 @@ import (
 type Metrics struct {
 	reg      *prometheus.Registry
 	counters *resilience.Counters
+	handler  http.Handler
 
 	requests   *prometheus.CounterVec   // route, code
 	duration   *prometheus.HistogramVec // route
@@ -36,6 +37,7 @@ func NewMetrics(counters *resilience.Counters) *Metrics {
 		counters = &resilience.Counters{}
 	}
 	m := &Metrics{reg: prometheus.NewRegistry(), counters: counters}
+	m.handler = promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
 	m.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "hfsent_http_requests_total",
 		Help: "HTTP requests answered, by route and status code.",
@@ -120,9 +122,7 @@ func (m *Metrics) watch(s state) {
 }
 
 // Handler serves the registry in the Prometheus text format.
-func (m *Metrics) Handler() http.Handler {
-	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
-}
+func (m *Metrics) Handler() http.Handler { return m.handler }
 
 func (m *Metrics) request(route string, code int, d time.Duration) {
 	m.requests.WithLabelValues(route, strconv.Itoa(code)).Inc()
