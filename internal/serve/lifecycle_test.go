@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -43,6 +44,7 @@ func TestSlotsReleasedOnEveryPath(t *testing.T) {
 	var arrivedMu sync.Mutex
 	arrived := map[string]chan struct{}{} // a hanging text's call reached the provider
 	var cancelledLate atomic.Int64        // calls that outlived their caller by more than 2s
+	var held []time.Duration              // how long the provider held each hanging call
 	f := &fakehf.Fake{}
 	f.Script = func(_ int64, texts []string, r *http.Request) fakehf.Reply {
 		switch t := texts[0]; {
@@ -53,8 +55,12 @@ func TestSlotsReleasedOnEveryPath(t *testing.T) {
 			ch := arrived[t]
 			arrivedMu.Unlock()
 			close(ch)
+			arrival := time.Now()
 			select {
 			case <-r.Context().Done(): // the caller left: hfsent cancelled the call
+				arrivedMu.Lock()
+				held = append(held, time.Since(arrival))
+				arrivedMu.Unlock()
 			case <-time.After(2 * time.Second):
 				cancelledLate.Add(1)
 			}
@@ -161,6 +167,15 @@ func TestSlotsReleasedOnEveryPath(t *testing.T) {
 	})
 	if n := cancelledLate.Load(); n > 0 {
 		t.Fatalf("%d provider calls went on for 2s after their caller left", n)
+	}
+	// The caller leaves as soon as its call arrives: the call must end
+	// then, not at its 250ms attempt timeout.
+	arrivedMu.Lock()
+	slices.Sort(held)
+	median := held[len(held)/2]
+	arrivedMu.Unlock()
+	if median > 100*time.Millisecond {
+		t.Fatalf("a call whose caller left was held %s (median): it was not cancelled with its caller", median)
 	}
 
 	// A burst of -c requests: all admitted, the provider holding them all.
