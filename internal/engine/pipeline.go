@@ -45,9 +45,9 @@ type Pipeline struct {
 	fatalOnce   sync.Once
 	graceCancel func() bool
 
-	// idleAt (unix nanos) is when a row last found a slot at once, for
-	// Config.ShedStandingQueue.
-	idleAt atomic.Int64
+	// turnedAway (unix nanos, 0: never) is when a row last got no slot
+	// within its admission wait, for Config.ShedStandingQueue.
+	turnedAway atomic.Int64
 
 	active, maxActive atomic.Int64
 	calls, retries    atomic.Int64
@@ -92,7 +92,6 @@ func NewPipeline(ctx context.Context, cls provider.Classifier, cfg Config) *Pipe
 		p.cache = dedupe.New[answer](cfg.DedupeSize)
 	}
 	p.admitq = make(chan *Job, cfg.Window)
-	p.idleAt.Store(p.start.UnixNano())
 	p.admitCtx, p.stopAdmit = context.WithCancelCause(ctx)
 	p.callCtx, p.stopCalls = context.WithCancel(context.WithoutCancel(ctx))
 	// Once admission stops, calls in flight get the grace period, then end.
@@ -199,9 +198,6 @@ func (p *Pipeline) admit() {
 			p.release(it, results.Row{})
 			continue
 		}
-		if now := time.Now(); now.Sub(j.At) < shedGood {
-			p.idleAt.Store(now.UnixNano()) // a slot was there at once: no standing queue
-		}
 		p.dispatch(p.gather([]item{it}), permit)
 	}
 }
@@ -233,15 +229,16 @@ func (p *Pipeline) acquire(j *Job) *resilience.Permit {
 	default:
 		// About one call's time frees a slot: when to try again.
 		retry := max(time.Second, p.latency())
-		p.finish(j, results.Row{Outcome: outcome.LocalCapacity, StartedMs: -1, RetryAfter: retry,
-			Error: p.capacityMessage()})
+		msg := p.capacityMessage()
+		p.turnedAway.Store(time.Now().UnixNano())
+		p.finish(j, results.Row{Outcome: outcome.LocalCapacity, StartedMs: -1, RetryAfter: retry, Error: msg})
 	}
 	return nil
 }
 
 func (p *Pipeline) capacityMessage() string {
 	if wait := p.admissionWait(); wait > 0 && wait < p.cfg.AdmissionWait {
-		return fmt.Sprintf("no free slot within %s: every slot has been busy, with requests waiting, for over %s", wait, p.shedAfter())
+		return fmt.Sprintf("no free slot within %s: the slots are overloaded (rows turned away in the last %s)", wait, p.shedAfter())
 	}
 	if p.cfg.AdmissionWait > 0 {
 		return fmt.Sprintf("no free slot within --admission-wait %s", p.cfg.AdmissionWait)
@@ -249,16 +246,14 @@ func (p *Pipeline) capacityMessage() string {
 	return "no free slot before the row's deadline"
 }
 
-// Config.ShedStandingQueue's figures: when no row has found a slot
-// within shedGood of its arrival for ShedAfter (or four calls' latency, if
-// longer), the queue is standing, not a burst, and rows wait at most
-// ShedWait in it. Rows admitted while shedding have waited up to ShedWait,
-// more than shedGood, so shedding lasts until the load falls below what
-// the slots serve and rows find slots at once again.
+// Config.ShedStandingQueue's figures: for ShedAfter (or four calls'
+// latency, if longer) after a row was turned away for want of a slot, the
+// queue is standing (the demand is above what the slots serve) and rows
+// wait at most ShedWait in it. A sustained overload keeps turning rows
+// away, so shedding lasts while it does.
 const (
 	ShedAfter = 100 * time.Millisecond
 	ShedWait  = 5 * time.Millisecond
-	shedGood  = time.Millisecond
 )
 
 func (p *Pipeline) shedAfter() time.Duration { return max(ShedAfter, 4*p.latency()) }
@@ -266,8 +261,10 @@ func (p *Pipeline) shedAfter() time.Duration { return max(ShedAfter, 4*p.latency
 // admissionWait is how long a row may wait for a slot now (0: no bound).
 func (p *Pipeline) admissionWait() time.Duration {
 	wait := p.cfg.AdmissionWait
-	if wait > ShedWait && p.cfg.ShedStandingQueue && time.Since(time.Unix(0, p.idleAt.Load())) > p.shedAfter() {
-		wait = ShedWait
+	if wait > ShedWait && p.cfg.ShedStandingQueue {
+		if at := p.turnedAway.Load(); at != 0 && time.Since(time.Unix(0, at)) < p.shedAfter() {
+			wait = ShedWait
+		}
 	}
 	return wait
 }
