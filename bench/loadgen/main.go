@@ -50,7 +50,7 @@ func main() {
 	// An attacker serves one attack: it stops at the end of it.
 	newAttacker := func() *vegeta.Attacker {
 		return vegeta.NewAttacker(
-			vegeta.Workers(256), vegeta.MaxWorkers(20000), vegeta.Connections(20000),
+			vegeta.Workers(256), vegeta.MaxWorkers(4096), vegeta.Connections(4096),
 			vegeta.Timeout(30*time.Second), vegeta.KeepAlive(true), vegeta.MaxBody(4096))
 	}
 	pacer := vegeta.Rate{Freq: *rate, Per: time.Second}

@@ -136,7 +136,7 @@ request: never the text, never the token.`,
 	fs.DurationVar(&o.batchWait, "batch-wait", 5*time.Millisecond, "with --batch-size, how long a call that is not full waits for more texts, never past a request's --admission-wait ("+rangeHelp(minTimeout, maxBatchWait)+")")
 	fs.BoolVar(&o.dedupe, "dedupe", true, "identical texts in flight share one call, and recent answers are reused")
 	fs.BoolVar(&o.noDedupe, "no-dedupe", false, "send every text, even identical ones")
-	fs.BoolVar(&o.shed, "shed", true, "under a sustained overload (every slot busy, with requests waiting, for "+shortDuration(engine.ShedAfter)+" or four calls' latency without a break), a request waits at most "+shortDuration(engine.ShedWait)+" for a slot instead of --admission-wait, so that the requests admitted are not all late by it; bursts still get the whole wait")
+	fs.BoolVar(&o.shed, "shed", true, "for "+shortDuration(engine.ShedAfter)+" (or four calls' latency) after a request got no slot within --admission-wait, requests wait at most "+shortDuration(engine.ShedWait)+" for one: under a sustained overload the requests admitted are not all late by the whole wait; a burst still gets it")
 	fs.BoolVar(&o.noShed, "no-shed", false, "always let a request wait the whole --admission-wait, even in a standing queue (e.g. with a long --admission-wait meant to queue)")
 	return cmd
 }
