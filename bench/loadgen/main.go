@@ -137,8 +137,12 @@ func main() {
 			secs, total, 1000*secs/float64(total), 100*secs/elapsed.Seconds())
 	}
 	if len(rss) > 0 {
-		fmt.Printf("  server RSS (MiB, each second): first %.1f  middle %.1f  last %.1f  max %.1f\n",
-			mib(rss[0]), mib(rss[len(rss)/2]), mib(rss[len(rss)-1]), mib(slices.Max(rss)))
+		var every []string
+		for i := 4; i < len(rss); i += 5 {
+			every = append(every, fmt.Sprintf("%.1f", mib(rss[i])))
+		}
+		fmt.Printf("  server RSS (MiB): after 1s %.1f, then every 5s: %s; max %.1f\n",
+			mib(rss[0]), strings.Join(every, " "), mib(slices.Max(rss)))
 	}
 }
 
