@@ -45,7 +45,7 @@ func TestDocsAreCurrent(t *testing.T) {
 			t.Errorf("%s: %s differs", fix, filepath.Base(p))
 		}
 	}
-	for _, cmd := range []string{"hfsent_classify.md", "hfsent_report.md", "hfsent_check.md", "hfsent_completion_bash.md"} {
+	for _, cmd := range []string{"hfsent_classify.md", "hfsent_serve.md", "hfsent_report.md", "hfsent_check.md", "hfsent_completion_bash.md"} {
 		if !slices.Contains(names(fresh), cmd) {
 			t.Errorf("no %s in the reference", cmd)
 		}

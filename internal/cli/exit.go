@@ -11,7 +11,7 @@ import (
 	"github.com/hfsent/hfsent/internal/outcome"
 )
 
-// Exit codes, as SPEC.md defines them. This file is the one place that turns
+// Exit codes, as the README defines them. This file is the one place that turns
 // errors into them.
 const (
 	ExitOK          = 0
@@ -66,6 +66,10 @@ func exitCode(err error) int {
 
 // ExitCheckFailed is check's answer when a batch would not work.
 const ExitCheckFailed = 1
+
+// ExitServeFailed is serve's exit when it could not go on serving (the
+// listener failed); a drain after SIGTERM or SIGINT exits ExitOK.
+const ExitServeFailed = 1
 
 // failPolicy is --fail-on: which row outcomes make a classify run exit 1.
 // any: a single row that is not success or fallback (the default); a rate

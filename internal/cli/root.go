@@ -49,6 +49,7 @@ model (sentiment by default) and writes one result row per input row: status,
 label, score and an outcome code. Concurrency bounds, timeouts, retries with
 backoff, a circuit breaker and rate limits sit between the rows and the
 provider, so a batch of thousands finishes instead of drowning in 429s.
+hfsent serve answers the same over HTTP, with admission control.
 
 Start offline, with no token:
   hfsent classify samples/feedback.csv --provider local -o results.csv
@@ -58,6 +59,7 @@ colour codes, so NO_COLOR and plain terminals need nothing.`,
 		Example: `  hfsent check                                  # token, endpoint, answer shape
   hfsent classify feedback.csv -o results.csv --summary-json summary.json --fail-on 5%
   hfsent report results.csv -o run.html
+  hfsent serve --addr 0.0.0.0:8000 -c 8            # an HTTP service
   source <(hfsent completion bash)              # shell completion`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
@@ -71,7 +73,7 @@ colour codes, so NO_COLOR and plain terminals need nothing.`,
 	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "info", "log level on stderr: debug, info, warn, error")
 	root.PersistentFlags().StringVar(&g.logFormat, "log-format", "text", "log format on stderr: text or json")
 
-	root.AddCommand(newClassifyCmd(ios, g))
+	root.AddCommand(newClassifyCmd(ios, g), newServeCmd(ios, g))
 	root.AddCommand(newVersionCmd(ios))
 	root.AddCommand(newReportCmd(ios), newCheckCmd(ios), newDocsCmd())
 	root.AddCommand(newQueueCmd(ios, g), newWorkerCmd(ios, g))

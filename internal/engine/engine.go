@@ -71,6 +71,14 @@ type Config struct {
 	// StopOnFatal stops admission when an answer says no other row can
 	// succeed (token, credits, model, no connection): a batch's choice.
 	StopOnFatal bool
+	// ShedStandingQueue: for ShedAfter (or four calls' latency, if
+	// longer) after a row got no slot within AdmissionWait, rows wait at
+	// most ShedWait for one. A burst still gets the whole wait; a
+	// sustained overload, which keeps turning rows away, does not make
+	// every admitted row late by it (a server's choice: in arrival order,
+	// under overload, every admitted row would have waited nearly
+	// AdmissionWait).
+	ShedStandingQueue bool
 	// Progress is called from Run's writer after each flush; it must be quick.
 	Progress func(Progress)
 	Logger   *slog.Logger

@@ -48,6 +48,10 @@ type Pipeline struct {
 	fatalMsg    atomic.Pointer[string] // what the fatal answer said, and what to do
 	graceCancel func() bool
 
+	// turnedAway (unix nanos, 0: never) is when a row last got no slot
+	// within its admission wait, for Config.ShedStandingQueue.
+	turnedAway atomic.Int64
+
 	active, maxActive atomic.Int64
 	calls, retries    atomic.Int64
 	fallbackCalls     atomic.Int64
@@ -268,8 +272,8 @@ func (p *Pipeline) acquire(j *Job) *resilience.Permit {
 		ctx = j.Ctx
 	}
 	var cancel context.CancelFunc = func() {}
-	if p.cfg.AdmissionWait > 0 {
-		ctx, cancel = context.WithDeadline(ctx, j.At.Add(p.cfg.AdmissionWait))
+	if wait := p.admissionWait(); wait > 0 {
+		ctx, cancel = context.WithDeadline(ctx, j.At.Add(wait))
 	} else if !j.Deadline.IsZero() {
 		ctx, cancel = context.WithDeadline(ctx, j.Deadline)
 	}
@@ -290,8 +294,9 @@ func (p *Pipeline) acquire(j *Job) *resilience.Permit {
 	default:
 		// About one call's time frees a slot: when to try again.
 		retry := max(time.Second, p.latency())
-		p.finish(j, results.Row{Outcome: outcome.LocalCapacity, StartedMs: -1, RetryAfter: retry,
-			Error: p.capacityMessage()})
+		msg := p.capacityMessage()
+		p.turnedAway.Store(time.Now().UnixNano())
+		p.finish(j, results.Row{Outcome: outcome.LocalCapacity, StartedMs: -1, RetryAfter: retry, Error: msg})
 	}
 	return nil
 }
@@ -305,10 +310,36 @@ func (p *Pipeline) paused() time.Duration {
 }
 
 func (p *Pipeline) capacityMessage() string {
+	if wait := p.admissionWait(); wait > 0 && wait < p.cfg.AdmissionWait {
+		return fmt.Sprintf("no free slot within %s: the slots are overloaded (rows turned away in the last %s)", wait, p.shedAfter())
+	}
 	if p.cfg.AdmissionWait > 0 {
 		return fmt.Sprintf("no free slot within --admission-wait %s", p.cfg.AdmissionWait)
 	}
 	return "no free slot before the row's deadline"
+}
+
+// Config.ShedStandingQueue's figures: for ShedAfter (or four calls'
+// latency, if longer) after a row was turned away for want of a slot, the
+// queue is standing (the demand is above what the slots serve) and rows
+// wait at most ShedWait in it. A sustained overload keeps turning rows
+// away, so shedding lasts while it does.
+const (
+	ShedAfter = 100 * time.Millisecond
+	ShedWait  = 5 * time.Millisecond
+)
+
+func (p *Pipeline) shedAfter() time.Duration { return max(ShedAfter, 4*p.latency()) }
+
+// admissionWait is how long a row may wait for a slot now (0: no bound).
+func (p *Pipeline) admissionWait() time.Duration {
+	wait := p.cfg.AdmissionWait
+	if wait > ShedWait && p.cfg.ShedStandingQueue {
+		if at := p.turnedAway.Load(); at != 0 && time.Since(time.Unix(0, at)) < p.shedAfter() {
+			wait = ShedWait
+		}
+	}
+	return wait
 }
 
 func (p *Pipeline) latency() time.Duration {

@@ -67,6 +67,12 @@ func (g *Guard) Classify(ctx context.Context, texts []string) (provider.Answer, 
 			continue // the next attempt meets the open breaker and waits there
 		}
 		d := g.retryDelay(pe, row)
+		if failFast(ctx) && !fitsDeadline(ctx, d) {
+			// A server does not hold its caller through a wait that ends
+			// past the deadline: the answer, and its Retry-After, are
+			// known now.
+			return provider.Answer{}, err
+		}
 		row.wait(waitBackoff)
 		if !sleep(ctx, stop, d) {
 			return provider.Answer{}, g.end(ctx, row, stopOrCtx(ctx, stop))

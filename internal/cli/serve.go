@@ -1,0 +1,337 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"regexp"
+	"regexp/syntax"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/hfsent/hfsent/internal/engine"
+	"github.com/hfsent/hfsent/internal/resilience"
+	"github.com/hfsent/hfsent/internal/serve"
+)
+
+type serveOptions struct {
+	addr           string
+	prov           providerOptions
+	requestTimeout time.Duration
+	grace          time.Duration
+	maxChars       int
+	maxIDChars     int
+	idPattern      string
+	maxBody        byteSize
+	maxItems       int
+	batchSize      int
+	batchWait      time.Duration
+	dedupe         bool
+	noDedupe       bool
+	dedupeSet      bool // --dedupe was given
+	shed           bool
+	noShed         bool
+	shedSet        bool // --shed was given
+	rowDeadlineSet bool // --row-deadline was given: classify's, refused here
+}
+
+// Serve's own defaults where a server differs from a batch.
+const (
+	// A request that finds every slot busy waits this long, then is
+	// answered 503 at once: callers arrive faster than the model answers,
+	// and a queue would only make every answer late.
+	serveAdmissionWait = 35 * time.Millisecond
+	// One retry: it covers a passing failure (a reset connection, one 503,
+	// a loading model) within the request's deadline, while more would
+	// multiply the load on a provider that is already failing, for callers
+	// that have their own retries and are waiting.
+	serveRetries = 1
+)
+
+// Bounds of serve's own flags.
+const (
+	minMaxBody, maxMaxBody = 1 << 10, 64 << 20
+	maxItemsLimit          = 10_000
+	maxIDCharsLimit        = 10_000
+	maxGrace               = time.Hour
+	maxBatchWait           = 10 * time.Second
+)
+
+func newServeCmd(ios *IOStreams, g *globalOptions) *cobra.Command {
+	o := &serveOptions{maxBody: 1 << 20}
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Serve the classifier over HTTP, with admission control",
+		Long: `Serve answers POST /feedback-sentiment {"request_id", "text"} with
+{"request_id", "label", "score", "model"}, and POST /v1/classify
+{"items": [...]} with one result per item, through the same guarded client,
+rules and outcome table as classify. GET /healthz, /readyz, /metrics
+(Prometheus) and /openapi.json describe it.
+
+Errors answer {"detail": {"code", "message"}} with the status of the code
+(the outcome table in the README; 422 for validation, naming the field).
+A request that gets no provider slot within --admission-wait is answered 503
+local_capacity at once, and never sent; every 503 carries Retry-After.
+--request-timeout bounds a request from arrival to answer: admission, every
+attempt, backoff and cooldown. A request never waits for an open breaker:
+without --fallback-model it is answered 503 circuit_open.
+
+-c and --rps are per process: four processes with -c 3 may send 12 calls at
+once. Split a provider budget by giving each process its share.
+
+SIGTERM or SIGINT turns /readyz to 503, closes the listener, lets requests in
+flight finish for up to --grace, and exits 0; a second signal exits 130 at
+once. Access logs go to stderr (--log-format text|json), one line per
+request: never the text, never the token.`,
+		Example: `  # offline, no token: the embedded model
+  hfsent serve --provider local
+  curl -s localhost:8000/feedback-sentiment -H 'Content-Type: application/json' \
+    -d '{"request_id": "r1", "text": "I love it"}'
+
+  # the Hugging Face API, 16 calls in flight, on every interface
+  HF_TOKEN=hf_... hfsent serve --addr 0.0.0.0:8000 -c 16 --log-format json
+
+  # a provider that answers many texts per call: requests that arrive while
+  # the slots are busy ride together, up to 16 a call
+  hfsent serve --endpoint http://127.0.0.1:8080/ -c 4 --batch-size 16`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			o.dedupeSet = cmd.Flags().Changed("dedupe")
+			o.shedSet = cmd.Flags().Changed("shed")
+			o.rowDeadlineSet = cmd.Flags().Changed("row-deadline")
+			log, err := g.logger(ios)
+			if err != nil {
+				return err
+			}
+			return runServe(cmd.Context(), o, ios, log)
+		},
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&o.addr, "addr", "127.0.0.1:8000", "HOST:PORT to listen on (0.0.0.0:8000: every interface; port 0: any free port, logged)")
+	addProviderFlags(fs, &o.prov)
+	setServeDefault(fs, "admission-wait", shortDuration(serveAdmissionWait),
+		"how long a request may wait for a free provider slot; past it the answer is 503 local_capacity, at once, and nothing is sent (0: wait up to --request-timeout; at most --request-timeout)")
+	setServeDefault(fs, "retries", strconv.Itoa(serveRetries),
+		"retries after a failure that may recover (connection errors, timeouts, 429, 500/502/503/504), within --request-timeout ("+rangeHelp(0, maxRetries)+"; few in a server: callers wait, and retries multiply the load on a failing provider)")
+	fs.Lookup("fallback-model").Usage = "model id, or local, that answers requests while the breaker is open (default: none, requests are answered 503 circuit_open at once)"
+	// A request's deadline is --request-timeout: --row-deadline is classify's.
+	_ = fs.MarkHidden("row-deadline")
+	fs.DurationVar(&o.requestTimeout, "request-timeout", 15*time.Second, "bounds one request from its arrival to its answer: admission, every attempt, backoff and cooldown ("+rangeHelp(minTimeout, maxTimeout)+")")
+	fs.DurationVar(&o.grace, "grace", 10*time.Second, "on SIGTERM or SIGINT, how long requests in flight may finish before they are cancelled ("+rangeHelp(minTimeout, maxGrace)+")")
+	fs.IntVar(&o.maxChars, "max-chars", 5000, "longer texts are 422 invalid_input ("+rangeHelp(1, maxCharsLimit)+")")
+	fs.IntVar(&o.maxIDChars, "max-id-chars", 128, "longer request ids are 422 invalid_input ("+rangeHelp(1, maxIDCharsLimit)+")")
+	fs.StringVar(&o.idPattern, "id-pattern", "", "regular expression (RE2) a request id must match in full, e.g. '[A-Za-z0-9_-]+' (default: any non-blank id)")
+	fs.Var(&o.maxBody, "max-body", "largest request body, in bytes or with KiB or MiB; larger is 413 ("+show(minMaxBody/1024)+"KiB-"+show(maxMaxBody>>20)+"MiB)")
+	fs.IntVar(&o.maxItems, "max-items", 256, "most items in one POST /v1/classify ("+rangeHelp(1, maxItemsLimit)+")")
+	fs.IntVar(&o.batchSize, "batch-size", 1, "most texts in one provider call: requests that arrive while the slots are busy ride together (1: off; "+rangeHelp(1, maxBatchSize)+")")
+	fs.DurationVar(&o.batchWait, "batch-wait", 5*time.Millisecond, "with --batch-size, how long a call that is not full waits for more texts, never past a request's --admission-wait ("+rangeHelp(minTimeout, maxBatchWait)+")")
+	fs.BoolVar(&o.dedupe, "dedupe", true, "identical texts in flight share one call, and recent answers are reused")
+	fs.BoolVar(&o.noDedupe, "no-dedupe", false, "send every text, even identical ones")
+	fs.BoolVar(&o.shed, "shed", true, "for "+shortDuration(engine.ShedAfter)+" (or four calls' latency) after a request got no slot within --admission-wait, requests wait at most "+shortDuration(engine.ShedWait)+" for one: under a sustained overload the requests admitted are not all late by the whole wait; a burst still gets it")
+	fs.BoolVar(&o.noShed, "no-shed", false, "always let a request wait the whole --admission-wait, even in a standing queue (e.g. with a long --admission-wait meant to queue)")
+	return cmd
+}
+
+// setServeDefault gives a shared provider flag serve's own default and help.
+func setServeDefault(fs *pflag.FlagSet, name, value, usage string) {
+	f := fs.Lookup(name)
+	if err := f.Value.Set(value); err != nil {
+		panic(fmt.Sprintf("serve's default for --%s: %v", name, err))
+	}
+	f.DefValue = value
+	f.Usage = usage
+}
+
+func (o *serveOptions) validate() error {
+	if o.rowDeadlineSet {
+		return usageErrorf("--row-deadline is classify's; serve bounds each request with --request-timeout")
+	}
+	if err := o.prov.validate(); err != nil {
+		return err
+	}
+	for _, err := range []error{
+		inRange("--request-timeout", o.requestTimeout, minTimeout, maxTimeout, ""),
+		inRange("--grace", o.grace, minTimeout, maxGrace, ""),
+		inRange("--max-chars", o.maxChars, 1, maxCharsLimit, ""),
+		inRange("--max-id-chars", o.maxIDChars, 1, maxIDCharsLimit, ""),
+		inRange("--max-items", o.maxItems, 1, maxItemsLimit, ""),
+		inRange("--batch-size", o.batchSize, 1, maxBatchSize, ""),
+		inRange("--batch-wait", o.batchWait, minTimeout, maxBatchWait, ""),
+	} {
+		if err != nil {
+			return err
+		}
+	}
+	if o.prov.admissionWait > o.requestTimeout {
+		return usageErrorf("--admission-wait %s is longer than --request-timeout %s: a request's wait for a slot is part of its deadline",
+			shortDuration(o.prov.admissionWait), shortDuration(o.requestTimeout))
+	}
+	if n := o.prov.concurrency * o.batchSize; n > maxTextsInFlight {
+		return usageErrorf("--concurrency × --batch-size must be at most %d texts in flight, got %d × %d", maxTextsInFlight, o.prov.concurrency, o.batchSize)
+	}
+	if o.dedupeSet && o.dedupe && o.noDedupe {
+		return usageErrorf("--dedupe and --no-dedupe contradict each other; give one")
+	}
+	if o.shedSet && o.shed && o.noShed {
+		return usageErrorf("--shed and --no-shed contradict each other; give one")
+	}
+	if _, err := o.idRegexp(); err != nil {
+		return err
+	}
+	if strings.TrimSpace(o.addr) == "" {
+		return usageErrorf("--addr must be HOST:PORT, e.g. 127.0.0.1:8000")
+	}
+	return nil
+}
+
+// idRegexp compiles --id-pattern to match a whole id.
+func (o *serveOptions) idRegexp() (*regexp.Regexp, error) {
+	if o.idPattern == "" {
+		return nil, nil
+	}
+	re, err := regexp.Compile(`^(?:` + o.idPattern + `)$`)
+	if err != nil {
+		return nil, usageErrorf("--id-pattern %q is not a valid regular expression: %v", o.idPattern, regexpCause(err))
+	}
+	return re, nil
+}
+
+func regexpCause(err error) string {
+	var se *syntax.Error
+	if errors.As(err, &se) {
+		return se.Code.String()
+	}
+	return err.Error()
+}
+
+func runServe(ctx context.Context, o *serveOptions, ios *IOStreams, log *slog.Logger) error {
+	if err := o.validate(); err != nil {
+		return err
+	}
+	idRE, _ := o.idRegexp()
+	counters := &resilience.Counters{}
+	metrics := serve.NewMetrics(counters)
+	cls, err := o.prov.build(ios, log, counters)
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", o.addr)
+	if err != nil {
+		return usageErrorf("cannot listen on --addr %s: %v", o.addr, unwrapListenError(err))
+	}
+	srv := serve.New(cls, metrics, serve.Config{
+		Pipeline: engine.Config{
+			Concurrency:   o.prov.concurrency,
+			AdmissionWait: o.prov.admissionWait,
+			Rules:         engine.Rules{MaxChars: o.maxChars, MaxIDChars: o.maxIDChars, IDPattern: idRE},
+			BatchSize:     o.batchSize,
+			BatchWait:     o.batchWait,
+			Dedupe:        o.dedupe && !o.noDedupe,
+			// A standing queue only makes every answer late.
+			ShedStandingQueue: o.shed && !o.noShed,
+		},
+		RequestTimeout: o.requestTimeout,
+		Grace:          o.grace,
+		MaxBody:        int64(o.maxBody),
+		MaxItems:       o.maxItems,
+		Version:        version,
+		Logger:         log,
+	})
+	ctx, stopSignals := serveSignals(ctx, ios, log, o.grace)
+	defer stopSignals()
+	// Logged once the signals are caught: from here a SIGTERM drains.
+	log.Info("listening", "addr", ln.Addr().String(), "provider", o.prov.provider, "model", cls.Model(),
+		"concurrency", o.prov.concurrency, "admission_wait", o.prov.admissionWait, "retries", o.prov.retries,
+		"request_timeout", o.requestTimeout, "batch_size", o.batchSize)
+	if err := srv.Run(ctx, ln); err != nil {
+		return &exitError{code: ExitServeFailed, err: err}
+	}
+	return nil
+}
+
+func unwrapListenError(err error) error {
+	var oe *net.OpError
+	if errors.As(err, &oe) && oe.Err != nil {
+		return oe.Err
+	}
+	return err
+}
+
+// serveSignals ends ctx on the first SIGINT or SIGTERM (the drain); a
+// second one exits at once.
+func serveSignals(parent context.Context, ios *IOStreams, log *slog.Logger, grace time.Duration) (context.Context, func()) {
+	ctx, cancel := context.WithCancel(parent)
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() {
+		select {
+		case s := <-sigs:
+			log.Warn("received "+s.String()+": draining (up to --grace "+shortDuration(grace)+"); send it again to quit now", "signal", s.String())
+			cancel()
+		case <-done:
+			return
+		}
+		select {
+		case <-sigs:
+			fmt.Fprintln(ios.ErrOut, "hfsent: second signal: quitting now")
+			if ios.HardExit != nil {
+				ios.HardExit(ExitInterrupted)
+			}
+		case <-done:
+		}
+	}()
+	return ctx, func() {
+		signal.Stop(sigs)
+		close(done)
+		cancel()
+	}
+}
+
+// byteSize is a flag holding a number of bytes: 1048576, 512KiB, 1MiB.
+type byteSize int64
+
+func (b *byteSize) String() string {
+	switch n := int64(*b); {
+	case n > 0 && n%(1<<20) == 0:
+		return strconv.FormatInt(n>>20, 10) + "MiB"
+	case n > 0 && n%(1<<10) == 0:
+		return strconv.FormatInt(n>>10, 10) + "KiB"
+	default:
+		return strconv.FormatInt(n, 10)
+	}
+}
+
+func (b *byteSize) Set(v string) error {
+	s := strings.TrimSpace(v)
+	mult := int64(1)
+	for _, u := range []struct {
+		suffix string
+		mult   int64
+	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"B", 1}} {
+		if num, ok := strings.CutSuffix(s, u.suffix); ok {
+			s, mult = strings.TrimSpace(num), u.mult
+			break
+		}
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n < 0 || n > maxMaxBody/mult {
+		return fmt.Errorf("want a size between %dKiB and %dMiB, such as 1MiB or 65536", minMaxBody>>10, maxMaxBody>>20)
+	}
+	if n*mult < minMaxBody {
+		return fmt.Errorf("want a size between %dKiB and %dMiB, such as 1MiB or 65536", minMaxBody>>10, maxMaxBody>>20)
+	}
+	*b = byteSize(n * mult)
+	return nil
+}
+
+func (b *byteSize) Type() string { return "size" }

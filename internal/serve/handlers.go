@@ -1,0 +1,333 @@
+package serve
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"mime"
+	"net/http"
+	"reflect"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"unicode/utf8"
+
+	"github.com/hfsent/hfsent/internal/input"
+	"github.com/hfsent/hfsent/internal/outcome"
+	"github.com/hfsent/hfsent/internal/results"
+)
+
+// textRequest is the body of POST /feedback-sentiment, and one item of
+// POST /v1/classify.
+type textRequest struct {
+	RequestID string `json:"request_id"`
+	Text      string `json:"text"`
+}
+
+// feedbackResponse is the answer of the service hfsent replaces: keep
+// these names.
+type feedbackResponse struct {
+	RequestID string  `json:"request_id"`
+	Label     string  `json:"label"`
+	Score     float64 `json:"score"`
+	Model     string  `json:"model"`
+}
+
+type classifyRequest struct {
+	Items *[]json.RawMessage `json:"items"`
+}
+
+type classifyResponse struct {
+	Results []itemResult `json:"results"`
+}
+
+// itemResult is a results CSV row as JSON (without the run's timing
+// columns), with when to try again for a 503.
+type itemResult struct {
+	RequestID  string   `json:"request_id"`
+	Status     int      `json:"status"`
+	Outcome    string   `json:"outcome"`
+	Label      *string  `json:"label"`
+	Score      *float64 `json:"score"`
+	Model      *string  `json:"model"`
+	Attempts   int      `json:"attempts"`
+	LatencyMs  *int64   `json:"latency_ms"`
+	Error      *string  `json:"error"`
+	RetryAfter *int     `json:"retry_after"`
+}
+
+// round4 is the score as the results CSV writes it.
+func round4(f float64) float64 { return math.Round(f*1e4) / 1e4 }
+
+// feedback answers POST /feedback-sentiment.
+func (s *Server) feedback(x *exchange) {
+	body, ok := s.readBody(x)
+	if !ok {
+		return
+	}
+	var req textRequest
+	if field, msg := decodeStrict(body, &req); msg != "" {
+		s.invalid(x, field, msg)
+		return
+	}
+	x.requestID = limit(req.RequestID, 200)
+	row := input.Row{ID: req.RequestID, Text: req.Text}
+	if problem := s.rules.Check(row, nil); problem != "" {
+		s.invalid(x, fieldOf(problem), problem)
+		return
+	}
+	res := s.classify(x, row)
+	x.attempts = res.Attempts
+	s.m.outcome(x.route, res.Outcome)
+	if !res.Outcome.OK() {
+		s.outcomeError(x, res)
+		return
+	}
+	x.code = string(res.Outcome)
+	x.json(http.StatusOK, feedbackResponse{RequestID: req.RequestID, Label: res.Label, Score: round4(res.Score), Model: res.Model})
+}
+
+// classifyItems answers POST /v1/classify: one result per item, in order,
+// each with its own outcome. An item the rules refuse is invalid_input
+// there, like a CSV row; the others are still classified. Items submitted
+// together ride in one provider call when --batch-size allows.
+func (s *Server) classifyItems(x *exchange) {
+	body, ok := s.readBody(x)
+	if !ok {
+		return
+	}
+	var req classifyRequest
+	if field, msg := decodeStrict(body, &req); msg != "" {
+		s.invalid(x, field, msg)
+		return
+	}
+	switch {
+	case req.Items == nil:
+		s.invalid(x, "items", "missing: want a list of {\"request_id\", \"text\"}")
+		return
+	case len(*req.Items) == 0:
+		s.invalid(x, "items", "empty: want at least one item")
+		return
+	case len(*req.Items) > s.cfg.MaxItems:
+		s.invalid(x, "items", fmt.Sprintf("%d items, over --max-items %d", len(*req.Items), s.cfg.MaxItems))
+		return
+	}
+	items := *req.Items
+	x.items = len(items)
+	out := make([]results.Row, len(items))
+	ids := make([]string, len(items))
+	seen := make(map[string]bool, len(items))
+	var wg sync.WaitGroup
+	for i, raw := range items {
+		var it textRequest
+		field, msg := decodeStrict(raw, &it)
+		ids[i] = it.RequestID
+		if msg == "" {
+			problem := s.rules.Check(input.Row{ID: it.RequestID, Text: it.Text}, func(id string) bool {
+				id = strings.TrimSpace(id)
+				dup := seen[id]
+				seen[id] = true
+				return dup
+			})
+			field, msg = fieldOf(problem), problem
+		}
+		if msg != "" {
+			out[i] = results.Row{Outcome: outcome.InvalidInput, StartedMs: -1, Error: fmt.Sprintf("items[%d].%s: %s", i, field, msg)}
+			continue
+		}
+		wg.Add(1)
+		if !s.send(x, input.Row{Seq: int64(i), ID: it.RequestID, Text: it.Text}, func(r results.Row) {
+			out[i] = r
+			wg.Done()
+		}) {
+			out[i] = notSent()
+			wg.Done()
+		}
+	}
+	wg.Wait()
+	resp := classifyResponse{Results: make([]itemResult, len(out))}
+	counts := map[outcome.Code]int{}
+	for i, r := range out {
+		counts[r.Outcome]++
+		s.m.outcome(x.route, r.Outcome)
+		resp.Results[i] = s.item(ids[i], r)
+	}
+	x.outcomes = countsText(counts)
+	x.json(http.StatusOK, resp)
+}
+
+func (s *Server) item(id string, r results.Row) itemResult {
+	it := itemResult{RequestID: id, Status: r.Status(), Outcome: string(r.Outcome), Attempts: r.Attempts}
+	if r.Label != "" {
+		l, sc := r.Label, round4(r.Score)
+		it.Label, it.Score = &l, &sc
+	}
+	if r.Model != "" {
+		m := r.Model
+		it.Model = &m
+	}
+	if r.StartedMs >= 0 {
+		l := r.LatencyMs
+		it.LatencyMs = &l
+	}
+	if !r.Outcome.OK() {
+		msg := message(r)
+		it.Error = &msg
+	}
+	if it.Status == http.StatusServiceUnavailable {
+		ra := s.retryAfter(r)
+		it.RetryAfter = &ra
+	}
+	return it
+}
+
+func countsText(counts map[outcome.Code]int) string {
+	keys := make([]string, 0, len(counts))
+	for c, n := range counts {
+		keys = append(keys, string(c)+"="+strconv.Itoa(n))
+	}
+	sort.Strings(keys)
+	return strings.Join(keys, " ")
+}
+
+func (s *Server) healthz(x *exchange) {
+	x.json(http.StatusOK, map[string]string{"status": "ok"})
+}
+
+// readyz is 503 while draining, and while the breaker is open with no
+// fallback to answer meanwhile: a load balancer sends traffic elsewhere.
+func (s *Server) readyz(x *exchange) {
+	ok, reason, retry := s.Ready()
+	if ok {
+		x.json(http.StatusOK, map[string]string{"status": "ready"})
+		return
+	}
+	secs := max(1, int(math.Ceil(retry.Seconds())))
+	x.w.Header().Set("Retry-After", strconv.Itoa(secs))
+	msg := "the server is stopping"
+	if reason == string(outcome.CircuitOpen) {
+		msg = "the provider is failing (circuit breaker open) and there is no --fallback-model"
+	}
+	x.fail(http.StatusServiceUnavailable, reason, msg, "")
+}
+
+func (s *Server) metrics(x *exchange) {
+	sw := &statusWriter{ResponseWriter: x.w, status: http.StatusOK}
+	s.m.Handler().ServeHTTP(sw, x.r)
+	x.status = sw.status
+}
+
+func (s *Server) openAPI(x *exchange) {
+	h := x.w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Content-Length", strconv.Itoa(len(s.openapi)))
+	x.w.WriteHeader(http.StatusOK)
+	x.status = http.StatusOK
+	if x.r.Method != http.MethodHead {
+		_, _ = x.w.Write(s.openapi)
+	}
+}
+
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	w.status = code
+	w.ResponseWriter.WriteHeader(code)
+}
+
+// readBody checks the content type and reads the body within --max-body.
+// On failure it has answered (415, 413, 400 or 422) and reports false.
+func (s *Server) readBody(x *exchange) ([]byte, bool) {
+	mt, _, err := mime.ParseMediaType(x.r.Header.Get("Content-Type"))
+	if err != nil || (mt != "application/json" && !strings.HasSuffix(mt, "+json")) {
+		x.fail(http.StatusUnsupportedMediaType, CodeMediaType, "Content-Type must be application/json", "")
+		return nil, false
+	}
+	tooLarge := func() ([]byte, bool) {
+		x.fail(http.StatusRequestEntityTooLarge, CodeTooLarge,
+			fmt.Sprintf("body over %d bytes (--max-body)", s.cfg.MaxBody), "")
+		return nil, false
+	}
+	if x.r.ContentLength > s.cfg.MaxBody {
+		return tooLarge()
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(x.w, x.r.Body, s.cfg.MaxBody))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return tooLarge()
+		}
+		x.fail(http.StatusBadRequest, CodeBadRequest, "the body could not be read", "")
+		return nil, false
+	}
+	if !utf8.Valid(body) {
+		s.invalid(x, "body", "not valid UTF-8")
+		return nil, false
+	}
+	return body, true
+}
+
+// decodeStrict decodes one JSON object into v: unknown fields, wrong types
+// and anything after the object are refused. It returns the field at fault
+// and why, or "" for the message when body is good.
+func decodeStrict(body []byte, v any) (field, msg string) {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return describe(err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return "body", "unexpected data after the JSON object"
+	}
+	return "", ""
+}
+
+// describe turns a decoding error into the field at fault and a message
+// that quotes nothing of the body but a field name.
+func describe(err error) (field, msg string) {
+	var syn *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	switch {
+	case errors.Is(err, io.EOF):
+		return "body", "empty: want a JSON object"
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return "body", "the JSON ends too soon"
+	case errors.As(err, &syn):
+		return "body", fmt.Sprintf("not valid JSON (at byte %d)", syn.Offset)
+	case errors.As(err, &typ):
+		want := "a " + typ.Type.Kind().String()
+		switch typ.Type.Kind() {
+		case reflect.Struct, reflect.Map:
+			want = "an object"
+		case reflect.Slice:
+			want = "an array"
+		}
+		if typ.Field == "" {
+			return "body", fmt.Sprintf("want a JSON object, got %s", typ.Value)
+		}
+		return typ.Field, fmt.Sprintf("want %s, got %s", want, typ.Value)
+	}
+	if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+		name, _ = strconv.Unquote(name)
+		return limit(name, 64), "unknown field"
+	}
+	return "body", "not a valid JSON object"
+}
+
+// fieldOf names the field a problem from engine.Rules is about.
+func fieldOf(problem string) string {
+	if problem == "" {
+		return ""
+	}
+	if strings.Contains(problem, "request id") {
+		return "request_id"
+	}
+	return "text"
+}

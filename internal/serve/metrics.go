@@ -1,0 +1,137 @@
+package serve
+
+import (
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/hfsent/hfsent/internal/outcome"
+	"github.com/hfsent/hfsent/internal/provider"
+	"github.com/hfsent/hfsent/internal/resilience"
+)
+
+// Metrics is what /metrics shows, in a registry of its own (one per
+// server: two servers in one process, as in tests, never share counts).
+type Metrics struct {
+	reg      *prometheus.Registry
+	counters *resilience.Counters
+	handler  http.Handler
+
+	requests   *prometheus.CounterVec   // route, code
+	duration   *prometheus.HistogramVec // route
+	inFlight   prometheus.Gauge
+	outcomes   *prometheus.CounterVec // route, outcome
+	rejections prometheus.Counter
+	calls      *prometheus.HistogramVec // outcome
+}
+
+// NewMetrics makes the registry and hooks the provider call histogram into
+// counters, which must then be passed to resilience.Build (Observe is read
+// there, before any call).
+func NewMetrics(counters *resilience.Counters) *Metrics {
+	if counters == nil {
+		counters = &resilience.Counters{}
+	}
+	m := &Metrics{reg: prometheus.NewRegistry(), counters: counters}
+	m.handler = promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
+	m.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "hfsent_http_requests_total",
+		Help: "HTTP requests answered, by route and status code.",
+	}, []string{"route", "code"})
+	m.duration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "hfsent_http_request_duration_seconds",
+		Help:    "Time from a request's arrival to its answer, by route.",
+		Buckets: []float64{.005, .01, .02, .03, .05, .075, .1, .25, .5, 1, 2.5, 5, 10, 15, 30},
+	}, []string{"route"})
+	m.inFlight = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "hfsent_http_requests_in_flight",
+		Help: "HTTP requests being handled now.",
+	})
+	m.outcomes = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "hfsent_outcomes_total",
+		Help: "Texts answered, by route and outcome code (one per /feedback-sentiment request, one per /v1/classify item).",
+	}, []string{"route", "outcome"})
+	m.rejections = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "hfsent_admission_rejections_total",
+		Help: "Texts answered local_capacity: no provider slot within --admission-wait, never sent.",
+	})
+	m.calls = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "hfsent_provider_call_duration_seconds",
+		Help:    "Duration of each call to the primary provider (every attempt), by its outcome.",
+		Buckets: []float64{.005, .01, .015, .02, .025, .03, .05, .075, .1, .25, .5, 1, 2.5, 5, 10, 30},
+	}, []string{"outcome"})
+	counters.Observe = func(d time.Duration, err error) {
+		m.calls.WithLabelValues(string(provider.OutcomeOf(err))).Observe(d.Seconds())
+	}
+	c := counters
+	counter := func(name, help string, v func() int64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 { return float64(v()) })
+	}
+	m.reg.MustRegister(m.requests, m.duration, m.inFlight, m.outcomes, m.rejections, m.calls,
+		counter("hfsent_provider_calls_total", "Calls sent to the primary provider, retries included (a batch is one call).", c.Calls.Load),
+		counter("hfsent_provider_retries_total", "Calls beyond the first of a text or batch.", c.Retries.Load),
+		counter("hfsent_provider_rate_limited_total", "HTTP 429 answers from the provider.", c.RateLimited.Load),
+		counter("hfsent_provider_timeouts_total", "Attempts with no answer within --timeout.", c.Timeouts.Load),
+		counter("hfsent_breaker_openings_total", "Times the circuit breaker opened (outages, not failed probes).", c.BreakerOpenings.Load),
+		counter("hfsent_fallback_rows_total", "Texts answered by --fallback-model.", c.FallbackRows.Load),
+		counter("hfsent_fallback_calls_total", "Calls sent to --fallback-model.", c.FallbackCalls.Load),
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	)
+	return m
+}
+
+// state is what the gauges read from a running server.
+type state interface {
+	slotsInUse() int
+	slotsLimit() int
+	slotsMax() int
+	breakerOpen() (bool, time.Duration)
+	cooldown() time.Duration
+	reused() int64
+	ready() bool
+}
+
+// watch registers the gauges that read the server's state.
+func (m *Metrics) watch(s state) {
+	gauge := func(name, help string, v func() float64) prometheus.Collector {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, v)
+	}
+	b2f := func(b bool) float64 {
+		if b {
+			return 1
+		}
+		return 0
+	}
+	m.reg.MustRegister(
+		gauge("hfsent_slots_in_use", "Provider calls in flight now (slots held).", func() float64 { return float64(s.slotsInUse()) }),
+		gauge("hfsent_slots_limit", "Calls allowed in flight now: --concurrency, or the adaptive limit below it with --adaptive.", func() float64 { return float64(s.slotsLimit()) }),
+		gauge("hfsent_slots_max", "--concurrency: the most calls in flight there can be.", func() float64 { return float64(s.slotsMax()) }),
+		gauge("hfsent_breaker_open", "1 while the circuit breaker refuses calls (open), else 0.", func() float64 { open, _ := s.breakerOpen(); return b2f(open) }),
+		gauge("hfsent_breaker_remaining_seconds", "Time before the open breaker probes the provider again.", func() float64 { _, d := s.breakerOpen(); return d.Seconds() }),
+		gauge("hfsent_cooldown_remaining_seconds", "Time every new call still waits after a 429 with Retry-After.", func() float64 { return s.cooldown().Seconds() }),
+		gauge("hfsent_ready", "1 when /readyz answers 200, else 0 (draining, or breaker open without a fallback).", func() float64 { return b2f(s.ready()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "hfsent_reused_total",
+			Help: "Texts answered with an identical text's answer (in flight or recent), without a call."},
+			func() float64 { return float64(s.reused()) }),
+	)
+}
+
+// Handler serves the registry in the Prometheus text format.
+func (m *Metrics) Handler() http.Handler { return m.handler }
+
+func (m *Metrics) request(route string, code int, d time.Duration) {
+	m.requests.WithLabelValues(route, strconv.Itoa(code)).Inc()
+	m.duration.WithLabelValues(route).Observe(d.Seconds())
+}
+
+func (m *Metrics) outcome(route string, c outcome.Code) {
+	m.outcomes.WithLabelValues(route, string(c)).Inc()
+	if c == outcome.LocalCapacity {
+		m.rejections.Inc()
+	}
+}
