@@ -108,6 +108,9 @@ func TestBreakerOpensAndFallbackAnswers(t *testing.T) {
 	var log syncBuffer
 	cfg := breakerConfig(c, &log)
 	cfg.Fallback = &stub{model: "backup"}
+	// Backoff long enough that no row spends its five calls before the
+	// others' first failures (on a loaded machine) have opened the breaker.
+	cfg.BackoffBase = 20 * time.Millisecond
 	cls := Build(prim, cfg)
 	// The first rows arrive together, as the engine sends them: each one's
 	// first failure counts, so four of them open the breaker, and every
