@@ -178,6 +178,7 @@ func runClassify(ctx context.Context, o *classifyOptions, ios *IOStreams, log *s
 		IncludeText:   o.includeText,
 		BatchSize:     o.batchSize,
 		Dedupe:        o.dedupe && !o.noDedupe,
+		ExpectedRows:  info.total,
 		Progress:      bar.update,
 		Logger:        log,
 	})

@@ -146,3 +146,23 @@ func TestIDSet(t *testing.T) {
 		t.Fatalf("n %d, %d slots", s.n, len(s.slots))
 	}
 }
+
+// A set sized for the rows a file holds never grows: growing holds the old
+// table and the new one at once, the peak of a run's memory.
+func TestIDSetReserved(t *testing.T) {
+	var s idSet
+	defer s.release()
+	s.reserve(100_000)
+	size := len(s.slots)
+	for i := range uint64(100_000) {
+		if s.add(i*0x9E3779B97F4A7C15 + 1) {
+			t.Fatalf("id %d reported a duplicate", i)
+		}
+	}
+	if len(s.slots) != size {
+		t.Fatalf("the table grew from %d to %d slots for the rows it was sized for", size, len(s.slots))
+	}
+	if !s.add(1*0x9E3779B97F4A7C15 + 1) {
+		t.Fatal("a duplicate was not found")
+	}
+}

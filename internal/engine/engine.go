@@ -79,6 +79,9 @@ type Config struct {
 	// under overload, every admitted row would have waited nearly
 	// AdmissionWait).
 	ShedStandingQueue bool
+	// ExpectedRows, when known (a file counted before the run), sizes the
+	// duplicate-id table once; 0: it grows as rows come.
+	ExpectedRows int64
 	// Progress is called from Run's writer after each flush; it must be quick.
 	Progress func(Progress)
 	Logger   *slog.Logger
@@ -206,6 +209,7 @@ func Run(ctx context.Context, src Source, sink Sink, cls provider.Classifier, cf
 	cfg.defaults()
 	cfg.StopOnFatal = true
 	r := &run{cfg: cfg, done: make(chan results.Row, cfg.Window), seed: maphash.MakeSeed()}
+	r.ids.reserve(cfg.ExpectedRows)
 	r.p = NewPipeline(ctx, cls, cfg)
 	if cfg.MaxDuration > 0 {
 		t := time.AfterFunc(cfg.MaxDuration, func() { r.p.Stop(StopMaxDuration) })

@@ -53,6 +53,16 @@ func (s *idSet) grow() {
 	freeTable(old)
 }
 
+// reserve sizes an empty set for n ids at once, so that it never grows
+// (growing holds the old table and the new one together, at the peak of a
+// run's memory).
+func (s *idSet) reserve(n int64) {
+	if s.slots != nil || n <= 0 || n > 1<<32 {
+		return
+	}
+	s.slots = allocTable(int(max(1024, n*5/4+1)))
+}
+
 // release gives the table back; the set is empty after it.
 func (s *idSet) release() {
 	freeTable(s.slots)
