@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"os/signal"
 	"regexp"
 	"regexp/syntax"
 	"strconv"
@@ -269,32 +268,14 @@ func unwrapListenError(err error) error {
 // serveSignals ends ctx on the first SIGINT or SIGTERM (the drain); a
 // second one exits at once.
 func serveSignals(parent context.Context, ios *IOStreams, log *slog.Logger, grace time.Duration) (context.Context, func()) {
-	ctx, cancel := context.WithCancel(parent)
-	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
-	done := make(chan struct{})
-	go func() {
-		select {
-		case s := <-sigs:
-			log.Warn("received "+s.String()+": draining (up to --grace "+shortDuration(grace)+"); send it again to quit now", "signal", s.String())
-			cancel()
-		case <-done:
-			return
+	return watchSignals(parent, []os.Signal{os.Interrupt, syscall.SIGTERM}, func(s os.Signal) {
+		log.Warn("received "+s.String()+": draining (up to --grace "+shortDuration(grace)+"); send it again to quit now", "signal", s.String())
+	}, func() {
+		fmt.Fprintln(ios.ErrOut, "hfsent: second signal: quitting now")
+		if ios.HardExit != nil {
+			ios.HardExit(ExitInterrupted)
 		}
-		select {
-		case <-sigs:
-			fmt.Fprintln(ios.ErrOut, "hfsent: second signal: quitting now")
-			if ios.HardExit != nil {
-				ios.HardExit(ExitInterrupted)
-			}
-		case <-done:
-		}
-	}()
-	return ctx, func() {
-		signal.Stop(sigs)
-		close(done)
-		cancel()
-	}
+	})
 }
 
 // byteSize is a flag holding a number of bytes: 1048576, 512KiB, 1MiB.
