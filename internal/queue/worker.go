@@ -550,18 +550,14 @@ func retryable(err error) bool {
 }
 
 // backoff is how long to wait before trying the database again: 100ms,
-// 200ms ... capped at 5s, with jitter.
-func backoff(n int) time.Duration {
-	d := 100 * time.Millisecond << min(n-1, 6)
-	d = min(d, 5*time.Second)
-	return d/2 + time.Duration(rand.Int64N(int64(d/2)+1))
-}
+// 200ms ... capped at 5s, with jitter (half to all of it), the rule the
+// provider's retries follow.
+func backoff(n int) time.Duration { return resilience.Backoff(n, 100*time.Millisecond, 5*time.Second) }
 
 // rowBackoff is how long a failed row waits before its next claim: 1s, 2s,
 // 4s ... capped at 60s, with jitter (half to all of it).
 func rowBackoff(attempt int) time.Duration {
-	d := min(time.Second<<min(max(attempt-1, 0), 6), 60*time.Second)
-	return d/2 + time.Duration(rand.Int64N(int64(d/2)+1))
+	return resilience.Backoff(attempt, time.Second, time.Minute)
 }
 
 func jitter(d time.Duration) time.Duration {

@@ -185,7 +185,7 @@ func TestBackoffBounds(t *testing.T) {
 	for n := 1; n <= 12; n++ {
 		ceil := min(cfg.BackoffBase<<(n-1), cfg.BackoffMax)
 		for range 50 {
-			if d := backoff(n, cfg.BackoffBase, cfg.BackoffMax); d < ceil/2 || d > ceil {
+			if d := Backoff(n, cfg.BackoffBase, cfg.BackoffMax); d < ceil/2 || d > ceil {
 				t.Fatalf("retry %d: delay %s outside [%s, %s]", n, d, ceil/2, ceil)
 			}
 		}

@@ -94,15 +94,15 @@ func (g *Guard) retryDelay(pe *provider.Error, row *rowState) time.Duration {
 	if pe.RetryAfter > 0 {
 		return min(pe.RetryAfter, g.cfg.MaxRetryAfter)
 	}
-	return backoff(row.sent, g.cfg.BackoffBase, g.cfg.BackoffMax) - time.Since(row.sentAt)
+	return Backoff(row.sent, g.cfg.BackoffBase, g.cfg.BackoffMax) - time.Since(row.sentAt)
 }
 
-// backoff is the wait before retry n (1 for the first): a random time
+// Backoff is the wait before retry n (1 for the first): a random time
 // between half and all of min(max, base×2^(n-1)). The half that is fixed
 // spaces a row's calls, so that in an outage the breaker opens (on the first
 // failures of many rows) before any row has spent its retries; the random
 // half spreads the rows out.
-func backoff(n int, base, maxWait time.Duration) time.Duration {
+func Backoff(n int, base, maxWait time.Duration) time.Duration {
 	ceil := base
 	for i := 1; i < n && ceil < maxWait; i++ {
 		ceil *= 2
