@@ -29,16 +29,28 @@ func (p *progress) showLimit(limit func() int) {
 // before the run), else (stdin, a pipe) a spinner with the rows done and the
 // rate.
 func newProgress(ios *IOStreams, o *classifyOptions, total int64) *progress {
-	show := ios.ErrTTY
-	if o.progressSet {
-		show = o.progress && !o.noProgress
-	}
-	if !show {
+	if !showProgress(ios, o.progressSet, o.progress && !o.noProgress) {
 		return nil
 	}
+	return &progress{bar: newBar(ios, "classify", total)}
+}
+
+// showProgress decides whether to draw: as asked with --progress or
+// --no-progress (set), else only on a terminal.
+func showProgress(ios *IOStreams, set, want bool) bool {
+	if set {
+		return want
+	}
+	return ios.ErrTTY
+}
+
+// newBar is the rows bar every command draws on stderr: a bar with an ETA
+// when total is known, else (total < 0) a spinner with the rows done, the
+// rate and the time spent.
+func newBar(ios *IOStreams, desc string, total int64) *progressbar.ProgressBar {
 	opts := []progressbar.Option{
 		progressbar.OptionSetWriter(ios.ErrOut),
-		progressbar.OptionSetDescription("classify"),
+		progressbar.OptionSetDescription(desc),
 		progressbar.OptionShowCount(),
 		progressbar.OptionShowIts(),
 		progressbar.OptionSetItsString("rows"),
@@ -60,7 +72,7 @@ func newProgress(ios *IOStreams, o *classifyOptions, total int64) *progress {
 	} else {
 		opts = append(opts, progressbar.OptionSetPredictTime(true))
 	}
-	return &progress{bar: progressbar.NewOptions64(total, opts...)}
+	return progressbar.NewOptions64(total, opts...)
 }
 
 func (p *progress) update(s engine.Progress) {

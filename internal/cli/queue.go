@@ -322,27 +322,13 @@ func (o *pushOptions) progressSet() bool {
 type countBar struct{ bar *progressbar.ProgressBar }
 
 func newCountBar(ios *IOStreams, set, want bool, total int64, desc string) *countBar {
-	show := ios.ErrTTY
-	if set {
-		show = want
-	}
-	if !show {
+	if !showProgress(ios, set, want) {
 		return nil
 	}
 	if total <= 0 {
 		total = -1
 	}
-	return &countBar{bar: progressbar.NewOptions64(total,
-		progressbar.OptionSetWriter(ios.ErrOut),
-		progressbar.OptionSetDescription(desc),
-		progressbar.OptionShowCount(),
-		progressbar.OptionShowIts(),
-		progressbar.OptionSetItsString("rows"),
-		progressbar.OptionThrottle(100*time.Millisecond),
-		progressbar.OptionSetWidth(24),
-		progressbar.OptionClearOnFinish(),
-		progressbar.OptionEnableColorCodes(false),
-	)}
+	return &countBar{bar: newBar(ios, desc, total)}
 }
 
 func (b *countBar) set(n int64) {
