@@ -2,7 +2,6 @@ package queue
 
 import (
 	"context"
-	"fmt"
 	"math"
 	"time"
 
@@ -99,9 +98,6 @@ func (db *DB) NewSession(b *Batch, owner string, lease time.Duration) *Session {
 	}
 	return &Session{db: db, batch: b, owner: owner, lease: lease}
 }
-
-// Owner is the lease owner this session's claims carry.
-func (s *Session) Owner() string { return s.owner }
 
 // Lease is the lease length of this session's claims.
 func (s *Session) Lease() time.Duration { return s.lease }
@@ -467,4 +463,3 @@ r as (
 n as (select pg_notify($2, 'rescue') from x limit 1)
 select count(*) filter (where state = 'pending'), count(*) filter (where state = 'done') from x, (select count(*) from n) nn`
 
-func (s *Session) String() string { return fmt.Sprintf("worker %s on batch %q", s.owner, s.batch.Name) }

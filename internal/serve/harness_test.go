@@ -288,14 +288,6 @@ func (s *syncBuffer) records(msg string) []map[string]any {
 	return out
 }
 
-func texts(n int, f func(i int) string) []string {
-	out := make([]string, n)
-	for i := range out {
-		out[i] = f(i)
-	}
-	return out
-}
-
 func uniq(i int) string { return fmt.Sprintf("review number %d is fine", i) }
 
 // metricFamily is a parsed family from /metrics.

@@ -63,9 +63,6 @@ func URL(t testing.TB) string {
 	return u.String()
 }
 
-// Available reports whether the tests have a server.
-func Available() bool { return lookup() != "" }
-
 func lookup() string {
 	return strings.TrimSpace(getenv(Env))
 }
