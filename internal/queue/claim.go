@@ -462,4 +462,3 @@ r as (
 ),
 n as (select pg_notify($2, 'rescue') from x limit 1)
 select count(*) filter (where state = 'pending'), count(*) filter (where state = 'done') from x, (select count(*) from n) nn`
-
