@@ -27,6 +27,7 @@ type Pipeline struct {
 	cfg   Config
 	cls   provider.Classifier
 	slots *resilience.Slots
+	guard *resilience.Guard // cls, when it is the guarded classifier
 	cache *dedupe.Cache[answer] // nil without Config.Dedupe
 	names names
 	start time.Time
@@ -133,7 +134,7 @@ func NewPipeline(ctx context.Context, cls provider.Classifier, cfg Config) *Pipe
 	cfg.defaults()
 	p := &Pipeline{cfg: cfg, cls: cls, start: time.Now(), admitter: make(chan struct{}), idle: make(chan func())}
 	if g, ok := cls.(*resilience.Guard); ok {
-		p.slots = g.Slots()
+		p.guard, p.slots = g, g.Slots()
 	} else {
 		p.slots = resilience.NewSlots(cfg.Concurrency, false, nil)
 	}
@@ -303,10 +304,10 @@ func (p *Pipeline) acquire(j *Job) *resilience.Permit {
 
 // paused is how long the provider asked every call to wait (0: not).
 func (p *Pipeline) paused() time.Duration {
-	if g, ok := p.cls.(*resilience.Guard); ok {
-		return g.Cooldown()
+	if p.guard == nil {
+		return 0
 	}
-	return 0
+	return p.guard.Cooldown()
 }
 
 func (p *Pipeline) capacityMessage() string {
@@ -343,10 +344,10 @@ func (p *Pipeline) admissionWait() time.Duration {
 }
 
 func (p *Pipeline) latency() time.Duration {
-	if g, ok := p.cls.(*resilience.Guard); ok {
-		return g.Counters().Latency()
+	if p.guard == nil {
+		return 0
 	}
-	return 0
+	return p.guard.Counters().Latency()
 }
 
 // dispatch runs one call, holding the slot already acquired for it, which
