@@ -27,7 +27,7 @@ type Pipeline struct {
 	cfg   Config
 	cls   provider.Classifier
 	slots *resilience.Slots
-	guard *resilience.Guard // cls, when it is the guarded classifier
+	guard *resilience.Guard     // cls, when it is the guarded classifier
 	cache *dedupe.Cache[answer] // nil without Config.Dedupe
 	names names
 	start time.Time
