@@ -23,10 +23,11 @@ start=$(date +%s.%N)
 pids=()
 for i in $(seq "$workers"); do
   "$work/hfsent" worker --db "$db${DBOPTS:-}" --batch bench --endpoint "$ep" -c $((cap / workers)) --retries 0 --no-dedupe \
-    --exit-when-done --no-progress --log-level warn 2>"$work/w$i.log" &
+    --exit-when-done --no-progress --log-level ${WLOG:-warn} 2>"$work/w$i.log" &
   pids+=($!)
 done
 for p in "${pids[@]}"; do wait "$p"; done
+[[ -n ${WLOG:-} ]] && tail -n 2 "$work"/w*.log
 end=$(date +%s.%N)
 queue_rps=$(echo "$rows / ($end - $start)" | bc -l)
 ideal=$(echo "$cap * 1000 / $latency_ms" | bc -l)
