@@ -9,6 +9,9 @@
 #      10 ms), the most calls the provider held at once (never above -c),
 #      the server's memory each second (flat);
 #   3. the same 2 x with --batch-size 16: requests answered per second.
+# Beside 1., bench/peerserve (the plainest Go service of the same route) under
+# the same load gives the floor CPU per request on this machine; ONLY_0_8=1
+# stops after those two runs.
 # Everything runs on loopback on this machine, load generator included, so
 # the figures are a floor for a machine of its own. CONC=16 gives a load
 # this 2-core machine can generate, fake and serve at once (capacity 800/s).
@@ -17,6 +20,7 @@ set -euo pipefail
 conc=${CONC:-64}; latency_ms=${LATENCY_MS:-20}; secs=${SECONDS_2X:-30}
 source "$(dirname "$0")/lib.sh"
 go build -o "$work/loadgen" ./bench/loadgen
+go build -o "$work/peerserve" ./bench/peerserve
 # The fake under a name of its own, so that nothing stopping other
 # benchmarks' fakes by name stops this one.
 cp "$work/fakeprovider" "$work/serve-bench-fake"
@@ -40,14 +44,29 @@ start_serve() {
   serve_addr=$(sed -n 's/.*msg=listening addr=\([^ ]*\).*/\1/p' "$work/serve.log")
 }
 
+# start_peer: bench/peerserve, the plainest Go service of the same route,
+# in hfsent's place: the floor for CPU per request on this machine.
+start_peer() {
+  rm -f "$work/serve.log"
+  "$work/peerserve" -upstream "http://$(fake_addr)/models/x" -c "$conc" 2>"$work/serve.log" &
+  serve_pid=$!
+  for _ in $(seq 100); do grep -q 'msg=listening' "$work/serve.log" 2>/dev/null && break; sleep 0.05; done
+  serve_addr=$(sed -n 's/.*msg=listening addr=\([^ ]*\).*/\1/p' "$work/serve.log")
+}
+
 stop_serve() { kill "$serve_pid"; wait "$serve_pid" 2>/dev/null || true; serve_pid=""; }
 
 # run NAME RATE DURATION SERVE_FLAGS...
 run() {
   local name=$1 rate=$2 duration=$3; shift 3
   start_fake -latency "${latency_ms}ms"
-  start_serve "$@"
-  echo "== $name: hfsent serve -c $conc $* (fake provider ${latency_ms}ms; capacity $capacity/s)"
+  if [[ $name == peer* ]]; then
+    start_peer
+    echo "== $name: bench/peerserve -c $conc (fake provider ${latency_ms}ms; capacity $capacity/s)"
+  else
+    start_serve "$@"
+    echo "== $name: hfsent serve -c $conc $* (fake provider ${latency_ms}ms; capacity $capacity/s)"
+  fi
   "$work/loadgen" -url "http://$serve_addr" -rate "$rate" -duration "$duration" -pid "$serve_pid" -name "$name"
   stop_serve
   stop_fake
@@ -55,5 +74,7 @@ run() {
 }
 
 run "0.8x capacity" $((capacity * 8 / 10)) 10s "$@"
+run "peer, 0.8x capacity" $((capacity * 8 / 10)) 10s
+[[ ${ONLY_0_8:-} ]] && exit 0
 run "2x capacity" $((capacity * 2)) "${secs}s" "$@"
 run "2x capacity, --batch-size 16" $((capacity * 2)) 10s --batch-size 16 "$@"
