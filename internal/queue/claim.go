@@ -77,9 +77,6 @@ type CycleOut struct {
 	// still hold (0: not).
 	Paused, Open time.Duration
 	Remaining    bool // set when asked
-	// DoneCommitted is set once the results are committed, even when the
-	// claim that follows fails: they must not be sent again.
-	DoneCommitted bool
 }
 
 // Session is a worker's identity in a batch: the lease owner its claims
@@ -102,9 +99,10 @@ func (db *DB) NewSession(b *Batch, owner string, lease time.Duration) *Session {
 // Lease is the lease length of this session's claims.
 func (s *Session) Lease() time.Duration { return s.lease }
 
-// lockBatch is the first statement of every cycle: it takes the batch row,
-// so cycles of one batch are serialised; every count below is made in later
-// statements, whose snapshots are taken after the lock is held.
+// lockBatch takes the batch row before anything of a cycle counts or reads
+// the batch (only the fenced results come before it), so claims of one
+// batch are serialised; every count below is made in later statements,
+// whose snapshots are taken after the lock is held.
 const lockBatch = `
 select coalesce(extract(epoch from paused_until - clock_timestamp()) * 1000, 0),
        coalesce(extract(epoch from breaker_open_until - clock_timestamp()) * 1000, 0)
@@ -255,29 +253,33 @@ f as (
 )
 select anyleft from r`
 
-// Cycle runs one round trip (a pipeline of statements): write this
-// worker's results in one transaction; then, in a second, lock the batch
-// row, report this worker's backpressure, claim up to in.Want rows (in
-// another statement, whose snapshot sees every result committed before the
-// lock was granted, these included), and, if asked, see whether anything
-// remains.
+// Cycle runs one round trip (a pipeline of statements in one transaction):
+// write this worker's results; lock the batch row; report this worker's
+// backpressure; claim up to in.Want rows (in another statement, whose
+// snapshot sees every result committed before the lock was granted, and
+// this transaction's own); and, if asked, see whether anything remains.
 func (s *Session) Cycle(ctx context.Context, in CycleIn) (CycleOut, error) {
 	var out CycleOut
 	batch := &pgx.Batch{}
-	// The results first, in their own transaction, committed durably and
-	// without the batch row: their rows are fenced one by one, and a
-	// commit's flush to disk must not hold up every other worker's claim.
-	if len(in.Done) > 0 {
-		batch.Queue("begin")
-		batch.Queue(complete, completionArgs(s.batch.ID, s.owner, in.Done)...)
-		batch.Queue("commit")
-	}
-	// Then the claim, holding the batch row as briefly as can be. Its
-	// commit need not wait for the disk: a claim lost in a crash of the
-	// database leaves the row pending, and the worker that thought it held
-	// it has its result refused by the fence, so the row is redone.
+	// One transaction, not one for the results and one for the claim: each
+	// costs the server as much as a statement, and every statement of a
+	// round trip is CPU the 20 ms calls wait behind.
+	//
+	// Its commit need not wait for the disk. A claim lost in a crash of the
+	// database leaves its row pending, and the worker that thought it held
+	// it has its result refused by the fence, so the row is redone. A result
+	// lost in one leaves its row running under this worker's lease, which
+	// the worker no longer renews (the row is no longer held), or gives back
+	// at once (the round trips that failed make the next one reconcile):
+	// the row is redone, never lost.
 	batch.Queue("begin")
 	batch.Queue("set local synchronous_commit to off")
+	// The results first, before the batch row is locked: they hold only
+	// their own rows, fenced one by one, and a row written frees its place
+	// for the claim below.
+	if len(in.Done) > 0 {
+		batch.Queue(complete, completionArgs(s.batch.ID, s.owner, in.Done)...)
+	}
 	batch.Queue(lockBatch, s.batch.ID)
 	if in.Reconcile {
 		batch.Queue(`update hfsent.item set state = 'pending', attempt = attempt - 1, lease_owner = null, lease_until = null
@@ -296,10 +298,12 @@ func (s *Session) Cycle(ctx context.Context, in CycleIn) (CycleOut, error) {
 	br := s.db.Pool.SendBatch(ctx, batch)
 	defer br.Close()
 
-	if len(in.Done) > 0 {
+	for range 2 {
 		if _, err := br.Exec(); err != nil {
 			return out, err
 		}
+	}
+	if len(in.Done) > 0 {
 		rows, err := br.Query()
 		if err != nil {
 			return out, err
@@ -322,15 +326,6 @@ func (s *Session) Cycle(ctx context.Context, in CycleIn) (CycleOut, error) {
 			if !written[c.Seq] {
 				out.Discarded = append(out.Discarded, c)
 			}
-		}
-		if _, err := br.Exec(); err != nil {
-			return out, err
-		}
-		out.DoneCommitted = true
-	}
-	for range 2 {
-		if _, err := br.Exec(); err != nil {
-			return out, err
 		}
 	}
 	var pausedMs, openMs float64

@@ -364,6 +364,48 @@ func TestRescueUsesUpAttempts(t *testing.T) {
 	}
 }
 
+// A round trip is one transaction: when its claim fails, the results it
+// carries are not written either (they are sent again), so the results and
+// the claim cost the server one transaction, not two.
+func TestResultsCommitWithTheClaim(t *testing.T) {
+	db := openDB(t)
+	b := push(t, db, spec("atomic"), "d", gen("r", 2, "")).Batch
+	ctx := context.Background()
+	w := db.NewSession(b, "w", 0)
+	out, err := w.Cycle(ctx, CycleIn{Want: 1})
+	if err != nil || len(out.Claimed) != 1 {
+		t.Fatal(out, err)
+	}
+	// Another transaction holds the batch row: the round trip waits at the
+	// lock, past its deadline, and fails there, after its results.
+	tx, err := db.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, "select 1 from hfsent.batch where id = $1 for update", b.ID); err != nil {
+		t.Fatal(err)
+	}
+	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	if _, err := w.Cycle(short, CycleIn{Done: succeed(out.Claimed, "lost"), Want: 1}); err == nil {
+		t.Fatal("the round trip went through a locked batch row")
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var state string
+	if err := db.Pool.QueryRow(ctx, "select state from hfsent.item where batch_id = $1 and seq = $2", b.ID, out.Claimed[0].Seq).Scan(&state); err != nil {
+		t.Fatal(err)
+	}
+	if state != "running" {
+		t.Fatalf("the row is %s after a round trip whose claim failed; want running (its result undone)", state)
+	}
+	if o, err := w.Cycle(ctx, CycleIn{Done: succeed(out.Claimed, "again")}); err != nil || o.Written != 1 {
+		t.Fatalf("sent again: %+v, %v", o, err)
+	}
+}
+
 func TestGiveBackUndoesTheClaim(t *testing.T) {
 	db := openDB(t)
 	b := push(t, db, spec("give"), "d", gen("r", 1, "")).Batch
