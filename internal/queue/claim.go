@@ -171,7 +171,11 @@ where d.action = 'done' and d.seq not in (select seq from upd)`
 // request leave, ranks the first pending, due rows of each client (a
 // LATERAL probe of the pending index per client: the cost does not grow
 // with the backlog), gives the room first to the clients with the fewest
-// rows running, within the per-client cap, and leases what it picked. Every
+// rows running, within the per-client cap, and leases what it picked. The
+// probe starts at the client's pending_from, which the claim then raises to
+// the first row it saw pending and did not take, or past the last it took
+// (in a one-client batch only once that moves it 64 rows or more, to spare a
+// write of the client row per claim). Every
 // time is clock_timestamp(), taken after the lock, never now(), the
 // transaction's start. Between clients with as many rows running, the one
 // served longest ago goes first, so that one-row claims take turns rather
@@ -198,13 +202,15 @@ room as (
 	from b
 ),
 cand as (
-	select p.seq, c.client, c.served_at, coalesce(run.n, 0) + row_number() over (partition by c.client order by p.seq) as rank
+	select p.seq, c.client, c.served_at, c.pending_from,
+	       coalesce(run.n, 0) + row_number() over (partition by c.client order by p.seq) as rank
 	from hfsent.client c
 	left join run on run.client = c.client
 	cross join t
 	cross join lateral (
 		select i.seq from hfsent.item i
 		where i.batch_id = $1 and i.client = c.client and i.state = 'pending' and i.available_at <= t.now
+		  and i.seq >= c.pending_from
 		order by i.seq
 		limit (select r from room)
 		for update skip locked
@@ -212,14 +218,27 @@ cand as (
 	where c.batch_id = $1 and (select r from room) > 0
 ),
 pick as (
-	select cand.seq, cand.client from cand, b
+	select cand.seq, cand.client, cand.pending_from from cand, b
 	where b.client_cap is null or cand.rank <= b.client_cap
 	order by cand.rank, cand.served_at nulls first, cand.seq
 	limit (select r from room)
 ),
+mark as (
+	select m.client, m.pending_from,
+	       coalesce((select i.seq from hfsent.item i
+	                 where i.batch_id = $1 and i.client = m.client and i.state = 'pending' and i.seq >= m.pending_from
+	                   and i.seq not in (select seq from pick)
+	                 order by i.seq limit 1),
+	                m.last + 1) as next
+	from (select client, min(pending_from) as pending_from, max(seq) as last from pick group by client) m
+),
 served as (
-	update hfsent.client c set served_at = t.now
-	from t, b where b.client_column is not null and c.batch_id = $1 and c.client in (select client from pick)
+	update hfsent.client c set
+		served_at = case when b.client_column is not null then t.now else c.served_at end,
+		pending_from = mark.next
+	from t, b, mark
+	where c.batch_id = $1 and c.client = mark.client
+	  and (b.client_column is not null or mark.next >= mark.pending_from + 64)
 ),
 claimed as (
 	update hfsent.item i set state = 'running', attempt = i.attempt + 1, lease_owner = $3,
@@ -239,6 +258,30 @@ bucket as (
 select c.seq, c.attempt, inp.request_id, inp.text
 from claimed c join hfsent.input inp on inp.batch_id = $1 and inp.seq = c.seq
 order by c.seq`
+
+// lowerMarks runs, holding the batch row, in every transaction that makes
+// rows pending again ($2: their seqs, its own writes; rows that are not
+// pending are passed over): a claim that raised pending_from past them
+// without seeing them (they were not pending yet in its snapshot) has
+// committed by then, and the next one sees them.
+const lowerMarks = `
+update hfsent.client c set pending_from = m.seq
+from (select i.client, min(i.seq) as seq from hfsent.item i
+      where i.batch_id = $1 and i.seq = any($2::bigint[]) and i.state = 'pending'
+      group by i.client) m
+where c.batch_id = $1 and c.client = m.client and m.seq < c.pending_from`
+
+// reconcile gives back the rows leased to $2 that it does not hold ($3),
+// lowering their clients' pending_from (it runs holding the batch row).
+const reconcile = `
+with g as (
+	update hfsent.item set state = 'pending', attempt = attempt - 1, lease_owner = null, lease_until = null
+	where batch_id = $1 and state = 'running' and lease_owner = $2 and seq <> all($3::bigint[])
+	returning client, seq
+)
+update hfsent.client c set pending_from = m.seq
+from (select client, min(seq) as seq from g group by client) m
+where c.batch_id = $1 and c.client = m.client and m.seq < c.pending_from`
 
 // remaining says whether rows are still pending or running, and marks the
 // batch finished when none are.
@@ -281,9 +324,17 @@ func (s *Session) Cycle(ctx context.Context, in CycleIn) (CycleOut, error) {
 		batch.Queue(complete, completionArgs(s.batch.ID, s.owner, in.Done)...)
 	}
 	batch.Queue(lockBatch, s.batch.ID)
+	var back []int64 // rows the results put back to pending
+	for _, c := range in.Done {
+		if c.Action != Finish {
+			back = append(back, c.Seq)
+		}
+	}
+	if len(back) > 0 {
+		batch.Queue(lowerMarks, s.batch.ID, back)
+	}
 	if in.Reconcile {
-		batch.Queue(`update hfsent.item set state = 'pending', attempt = attempt - 1, lease_owner = null, lease_until = null
-			where batch_id = $1 and state = 'running' and lease_owner = $2 and seq <> all($3::bigint[])`, s.batch.ID, s.owner, in.Held)
+		batch.Queue(reconcile, s.batch.ID, s.owner, in.Held)
 	}
 	if in.PauseFor > 0 || in.OpenFor > 0 {
 		batch.Queue(reportBackpressure, s.batch.ID, ceilMs(in.PauseFor), ceilMs(in.OpenFor), channel(s.batch.ID))
@@ -333,6 +384,11 @@ func (s *Session) Cycle(ctx context.Context, in CycleIn) (CycleOut, error) {
 		return out, err
 	}
 	out.Paused, out.Open = msDuration(pausedMs), msDuration(openMs)
+	if len(back) > 0 {
+		if _, err := br.Exec(); err != nil {
+			return out, err
+		}
+	}
 	if in.Reconcile {
 		if _, err := br.Exec(); err != nil {
 			return out, err
@@ -413,38 +469,70 @@ func completionArgs(batchID int64, owner string, done []Completion) []any {
 // last failure (or upstream_failed when they never got one).
 func (s *Session) Heartbeat(ctx context.Context, host string, pid int, held []int64) (renewed, rescued, exhausted int64, err error) {
 	b := &pgx.Batch{}
+	// The renewal first, so that this worker's own rows are renewed, not
+	// rescued; in a transaction of its own, so that the rescue, which holds
+	// the batch row as everything that makes rows pending does (see
+	// lowerMarks), takes no row lock before it.
+	b.Queue("begin")
 	b.Queue(`update hfsent.item set lease_until = clock_timestamp() + $3 * interval '1 millisecond'
 		where batch_id = $1 and seq = any($4::bigint[]) and state = 'running' and lease_owner = $2`, s.batch.ID, s.owner, s.lease.Milliseconds(), held)
+	b.Queue("commit")
+	b.Queue("begin")
+	b.Queue(lockBatch, s.batch.ID)
+	b.Queue(rescue, s.batch.ID, channel(s.batch.ID))
+	b.Queue("commit")
 	b.Queue(`insert into hfsent.worker (batch_id, id, host, pid) values ($1, $2, $3, $4)
 		on conflict (batch_id, id) do update set seen_at = clock_timestamp()`, s.batch.ID, s.owner, host, pid)
-	b.Queue(rescue, s.batch.ID, channel(s.batch.ID))
 	br := s.db.Pool.SendBatch(ctx, b)
 	defer br.Close()
+	if _, err := br.Exec(); err != nil {
+		return 0, 0, 0, err
+	}
 	tag, err := br.Exec()
 	if err != nil {
 		return 0, 0, 0, err
 	}
 	renewed = tag.RowsAffected()
-	if _, err := br.Exec(); err != nil {
-		return renewed, 0, 0, err
+	for range 3 {
+		if _, err := br.Exec(); err != nil {
+			return renewed, 0, 0, err
+		}
 	}
 	if err := br.QueryRow().Scan(&rescued, &exhausted); err != nil {
 		return renewed, 0, 0, err
+	}
+	for range 2 {
+		if _, err := br.Exec(); err != nil {
+			return renewed, rescued, exhausted, err
+		}
 	}
 	return renewed, rescued, exhausted, br.Close()
 }
 
 const rescue = `
 with t as (select clock_timestamp() as now),
+-- Rows locked are being written by their worker right now: passed over,
+-- so the rescue, holding the batch row, never waits for a round trip that
+-- waits for it.
+e as (
+	select i.seq from hfsent.item i, t
+	where i.batch_id = $1 and i.state = 'running' and i.lease_until < t.now
+	for update of i skip locked
+),
 x as (
 	update hfsent.item i set
 		state = case when i.attempt >= b.max_attempts then 'done' else 'pending' end,
 		available_at = t.now + least(60000, 1000 * power(2, greatest(i.attempt, 1) - 1)) * (0.5 + random() / 2) * interval '1 millisecond',
 		lease_owner = null,
 		lease_until = null
-	from t, hfsent.batch b
-	where b.id = $1 and i.batch_id = $1 and i.state = 'running' and i.lease_until < t.now
-	returning i.seq, i.state, i.attempt, i.claimed_at, b.started_at
+	from t, hfsent.batch b, e
+	where b.id = $1 and i.batch_id = $1 and i.seq = e.seq and i.state = 'running' and i.lease_until < t.now
+	returning i.seq, i.client, i.state, i.attempt, i.claimed_at, b.started_at
+),
+l as (
+	update hfsent.client c set pending_from = m.seq
+	from (select client, min(seq) as seq from x where state = 'pending' group by client) m
+	where c.batch_id = $1 and c.client = m.client and m.seq < c.pending_from
 ),
 r as (
 	insert into hfsent.result (batch_id, seq, outcome, error, queued_ms, started_ms, finished_ms, worker)

@@ -417,6 +417,114 @@ func TestResultsCommitWithTheClaim(t *testing.T) {
 	}
 }
 
+// A claim starts its probe of the pending rows at the client's
+// pending_from and raises it past the rows it took, so that it does not walk
+// the index entries of every row claimed before (dead until VACUUM); and
+// whatever puts a row below it back to pending (a give-back, a retry, a
+// rescue, a reconcile) lowers it, so that the row is claimed again.
+func TestPendingFromFollowsTheClaims(t *testing.T) {
+	db := openDB(t)
+	s := spec("mark")
+	s.GlobalCap, s.Lease = 1000, 300*time.Millisecond
+	b := push(t, db, s, "d", gen("r", 300, "")).Batch
+	ctx := context.Background()
+	mark := func() int64 {
+		t.Helper()
+		var m int64
+		if err := db.Pool.QueryRow(ctx, "select pending_from from hfsent.client where batch_id = $1", b.ID).Scan(&m); err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	w := db.NewSession(b, "w", 30*time.Second)
+	first, err := w.Cycle(ctx, CycleIn{Want: 5})
+	if err != nil || len(first.Claimed) != 5 {
+		t.Fatal(first, err)
+	}
+	for range 20 {
+		out, err := w.Cycle(ctx, CycleIn{Want: 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := w.Cycle(ctx, CycleIn{Done: succeed(out.Claimed, "x")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if m := mark(); m < 150 || m > 205 {
+		t.Fatalf("pending_from is %d after 205 rows claimed; want it raised past most of them", m)
+	}
+	// claimAgain claims until it gets seq, which was put back.
+	claimAgain := func(how string, seq int64) Claimed {
+		t.Helper()
+		if m := mark(); m > seq {
+			t.Fatalf("%s: pending_from %d is above row %d, pending again", how, m, seq)
+		}
+		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+			out, err := w.Cycle(ctx, CycleIn{Want: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, c := range out.Claimed {
+				if c.Seq == seq {
+					return c
+				}
+				if _, err := w.Cycle(ctx, CycleIn{Done: succeed([]Claimed{c}, "x")}); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		t.Fatalf("%s: row %d was never claimed again", how, seq)
+		return Claimed{}
+	}
+	c0, c1, c2 := first.Claimed[0], first.Claimed[1], first.Claimed[2]
+	gb := Completion{Seq: c0.Seq, Attempt: c0.Attempt, Action: GiveBack, Outcome: "not_attempted", WaitMs: -1}
+	if _, err := w.Cycle(ctx, CycleIn{Done: []Completion{gb}}); err != nil {
+		t.Fatal(err)
+	}
+	claimAgain("give-back", c0.Seq)
+	retry := Completion{Seq: c1.Seq, Attempt: c1.Attempt, Action: Retry, Outcome: "upstream_timeout", Attempts: 1, WaitMs: 0, TotalMs: 1}
+	if _, err := w.Cycle(ctx, CycleIn{Done: []Completion{retry}}); err != nil {
+		t.Fatal(err)
+	}
+	claimAgain("retry", c1.Seq)
+	// Reconcile: the worker says it holds none of c0, c1, c2 (claims
+	// whose answer was lost): all three go back.
+	if _, err := w.Cycle(ctx, CycleIn{Reconcile: true, Held: []int64{}}); err != nil {
+		t.Fatal(err)
+	}
+	c2 = claimAgain("reconcile", c2.Seq)
+	// Rescue: c2's lease (this worker's, 300ms) expires; another worker's
+	// heartbeat puts it back, due after a backoff of 0.5 to 1 s.
+	short := db.NewSession(b, "w", 0)
+	if _, err := short.Cycle(ctx, CycleIn{Done: []Completion{{Seq: c2.Seq, Attempt: c2.Attempt, Action: GiveBack, Outcome: "not_attempted", WaitMs: -1}}}); err != nil {
+		t.Fatal(err)
+	}
+	var again Claimed
+	for again.Seq != c2.Seq {
+		out, err := short.Cycle(ctx, CycleIn{Want: 1})
+		if err != nil || len(out.Claimed) != 1 {
+			t.Fatal(out, err)
+		}
+		again = out.Claimed[0]
+	}
+	// Rows after it are taken, so pending_from passes it.
+	more, err := w.Cycle(ctx, CycleIn{Want: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Cycle(ctx, CycleIn{Done: succeed(more.Claimed, "x")}); err != nil {
+		t.Fatal(err)
+	}
+	if m := mark(); m <= c2.Seq {
+		t.Fatalf("pending_from is %d, not past row %d", m, c2.Seq)
+	}
+	time.Sleep(400 * time.Millisecond)
+	if _, back, _, err := db.NewSession(b, "o", 0).Heartbeat(ctx, "h", 1, nil); err != nil || back < 1 {
+		t.Fatalf("rescue: %d back, %v", back, err)
+	}
+	claimAgain("rescue", c2.Seq)
+}
+
 func TestGiveBackUndoesTheClaim(t *testing.T) {
 	db := openDB(t)
 	b := push(t, db, spec("give"), "d", gen("r", 1, "")).Batch
