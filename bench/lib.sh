@@ -51,3 +51,21 @@ new_db() {
   psql "$db_admin" -qc "create database $db_name" >/dev/null
   db="${db_admin%/*}/$db_name"
 }
+
+# pg_cpu_ticks prints the CPU (clock ticks, user+system) the local
+# PostgreSQL server has used so far: the postmaster, its live children and
+# the children it reaped (exited backends). Empty when the server is not
+# on this machine. A delta of two readings is the server's CPU in between.
+pg_cpu_ticks() {
+  local dir pm
+  dir=$(psql "$db_admin" -Atc "show data_directory" 2>/dev/null) || return 0
+  # postmaster.pid's first line is the postmaster's PID.
+  pm=$(head -n 1 "$dir/postmaster.pid" 2>/dev/null) || return 0
+  [[ -n $pm && -r /proc/$pm/stat ]] || return 0
+  {
+    sed 's/^.*) //' "/proc/$pm/stat" | awk '{ print $12 + $13 + $14 + $15 }'
+    for c in $(cat /proc/$pm/task/*/children 2>/dev/null); do
+      sed 's/^.*) //' "/proc/$c/stat" 2>/dev/null | awk '{ print $12 + $13 }'
+    done
+  } | awk '{ s += $1 } END { print s }'
+}

@@ -77,9 +77,6 @@ type CycleOut struct {
 	// still hold (0: not).
 	Paused, Open time.Duration
 	Remaining    bool // set when asked
-	// DoneCommitted is set once the results are committed, even when the
-	// claim that follows fails: they must not be sent again.
-	DoneCommitted bool
 }
 
 // Session is a worker's identity in a batch: the lease owner its claims
@@ -102,9 +99,10 @@ func (db *DB) NewSession(b *Batch, owner string, lease time.Duration) *Session {
 // Lease is the lease length of this session's claims.
 func (s *Session) Lease() time.Duration { return s.lease }
 
-// lockBatch is the first statement of every cycle: it takes the batch row,
-// so cycles of one batch are serialised; every count below is made in later
-// statements, whose snapshots are taken after the lock is held.
+// lockBatch takes the batch row before anything of a cycle counts or reads
+// the batch (only the fenced results come before it), so claims of one
+// batch are serialised; every count below is made in later statements,
+// whose snapshots are taken after the lock is held.
 const lockBatch = `
 select coalesce(extract(epoch from paused_until - clock_timestamp()) * 1000, 0),
        coalesce(extract(epoch from breaker_open_until - clock_timestamp()) * 1000, 0)
@@ -173,7 +171,11 @@ where d.action = 'done' and d.seq not in (select seq from upd)`
 // request leave, ranks the first pending, due rows of each client (a
 // LATERAL probe of the pending index per client: the cost does not grow
 // with the backlog), gives the room first to the clients with the fewest
-// rows running, within the per-client cap, and leases what it picked. Every
+// rows running, within the per-client cap, and leases what it picked. The
+// probe starts at the client's pending_from, which the claim then raises to
+// the first row it saw pending and did not take, or past the last it took
+// (in a one-client batch only once that moves it 64 rows or more, to spare a
+// write of the client row per claim). Every
 // time is clock_timestamp(), taken after the lock, never now(), the
 // transaction's start. Between clients with as many rows running, the one
 // served longest ago goes first, so that one-row claims take turns rather
@@ -200,13 +202,15 @@ room as (
 	from b
 ),
 cand as (
-	select p.seq, c.client, c.served_at, coalesce(run.n, 0) + row_number() over (partition by c.client order by p.seq) as rank
+	select p.seq, c.client, c.served_at, c.pending_from,
+	       coalesce(run.n, 0) + row_number() over (partition by c.client order by p.seq) as rank
 	from hfsent.client c
 	left join run on run.client = c.client
 	cross join t
 	cross join lateral (
 		select i.seq from hfsent.item i
 		where i.batch_id = $1 and i.client = c.client and i.state = 'pending' and i.available_at <= t.now
+		  and i.seq >= c.pending_from
 		order by i.seq
 		limit (select r from room)
 		for update skip locked
@@ -214,14 +218,27 @@ cand as (
 	where c.batch_id = $1 and (select r from room) > 0
 ),
 pick as (
-	select cand.seq, cand.client from cand, b
+	select cand.seq, cand.client, cand.pending_from from cand, b
 	where b.client_cap is null or cand.rank <= b.client_cap
 	order by cand.rank, cand.served_at nulls first, cand.seq
 	limit (select r from room)
 ),
+mark as (
+	select m.client, m.pending_from,
+	       coalesce((select i.seq from hfsent.item i
+	                 where i.batch_id = $1 and i.client = m.client and i.state = 'pending' and i.seq >= m.pending_from
+	                   and i.seq not in (select seq from pick)
+	                 order by i.seq limit 1),
+	                m.last + 1) as next
+	from (select client, min(pending_from) as pending_from, max(seq) as last from pick group by client) m
+),
 served as (
-	update hfsent.client c set served_at = t.now
-	from t, b where b.client_column is not null and c.batch_id = $1 and c.client in (select client from pick)
+	update hfsent.client c set
+		served_at = case when b.client_column is not null then t.now else c.served_at end,
+		pending_from = mark.next
+	from t, b, mark
+	where c.batch_id = $1 and c.client = mark.client
+	  and (b.client_column is not null or mark.next >= mark.pending_from + 64)
 ),
 claimed as (
 	update hfsent.item i set state = 'running', attempt = i.attempt + 1, lease_owner = $3,
@@ -242,6 +259,89 @@ select c.seq, c.attempt, inp.request_id, inp.text
 from claimed c join hfsent.input inp on inp.batch_id = $1 and inp.seq = c.seq
 order by c.seq`
 
+// claimOne is claim for a batch of one client with no client cap and no
+// rate: the same counts, times and locks (the second statement, its
+// snapshot taken after the batch row is locked; clock_timestamp(), never
+// now()), but no ranking of clients, so a smaller plan, which costs less to
+// start on every round trip and holds the batch row for less time (about a
+// sixth less server CPU per row in bench/queue_vs_classify.sh). The probe
+// stays LATERAL: joined plainly, the generic plan scanned every pending row
+// and sorted them.
+const claimOne = `
+with t as (select clock_timestamp() as now),
+b as (
+	select batch.started_at,
+	       case when (batch.paused_until > t.now) or (not $5::bool and batch.breaker_open_until > t.now) then 0
+	            else greatest(0, least($2::int, batch.global_cap - (
+	                 select count(*) from hfsent.item i
+	                 where i.batch_id = $1 and i.state = 'running' and i.lease_until > t.now)::int)) end as r
+	from hfsent.batch, t where batch.id = $1
+),
+c as (select client.client, client.pending_from from hfsent.client where client.batch_id = $1),
+pick as (
+	select p.seq from c cross join t cross join lateral (
+		select i.seq from hfsent.item i
+		where i.batch_id = $1 and i.client = c.client and i.state = 'pending' and i.available_at <= t.now
+		  and i.seq >= c.pending_from
+		order by i.seq
+		limit (select r from b)
+		for update skip locked
+	) p
+),
+mark as (
+	select c.client, c.pending_from,
+	       coalesce((select i.seq from hfsent.item i
+	                 where i.batch_id = $1 and i.client = c.client and i.state = 'pending' and i.seq >= c.pending_from
+	                   and i.seq not in (select seq from pick)
+	                 order by i.seq limit 1),
+	                (select max(seq) + 1 from pick)) as next
+	from c where exists (select 1 from pick)
+),
+served as (
+	update hfsent.client set pending_from = mark.next
+	from mark
+	where client.batch_id = $1 and client.client = mark.client and mark.next >= mark.pending_from + 64
+),
+claimed as (
+	update hfsent.item i set state = 'running', attempt = i.attempt + 1, lease_owner = $3,
+		lease_until = t.now + $4 * interval '1 millisecond', claimed_at = t.now
+	from pick, t
+	where i.batch_id = $1 and i.seq = pick.seq
+	returning i.seq, i.attempt
+),
+bucket as (
+	update hfsent.batch set started_at = t.now
+	from b, t
+	where batch.id = $1 and b.started_at is null and exists (select 1 from claimed)
+)
+select c.seq, c.attempt, inp.request_id, inp.text
+from claimed c join hfsent.input inp on inp.batch_id = $1 and inp.seq = c.seq
+order by c.seq`
+
+// lowerMarks runs, holding the batch row, in every transaction that makes
+// rows pending again ($2: their seqs, its own writes; rows that are not
+// pending are passed over): a claim that raised pending_from past them
+// without seeing them (they were not pending yet in its snapshot) has
+// committed by then, and the next one sees them.
+const lowerMarks = `
+update hfsent.client c set pending_from = m.seq
+from (select i.client, min(i.seq) as seq from hfsent.item i
+      where i.batch_id = $1 and i.seq = any($2::bigint[]) and i.state = 'pending'
+      group by i.client) m
+where c.batch_id = $1 and c.client = m.client and m.seq < c.pending_from`
+
+// reconcile gives back the rows leased to $2 that it does not hold ($3),
+// lowering their clients' pending_from (it runs holding the batch row).
+const reconcile = `
+with g as (
+	update hfsent.item set state = 'pending', attempt = attempt - 1, lease_owner = null, lease_until = null
+	where batch_id = $1 and state = 'running' and lease_owner = $2 and seq <> all($3::bigint[])
+	returning client, seq
+)
+update hfsent.client c set pending_from = m.seq
+from (select client, min(seq) as seq from g group by client) m
+where c.batch_id = $1 and c.client = m.client and m.seq < c.pending_from`
+
 // remaining says whether rows are still pending or running, and marks the
 // batch finished when none are.
 const remaining = `
@@ -255,39 +355,55 @@ f as (
 )
 select anyleft from r`
 
-// Cycle runs one round trip (a pipeline of statements): write this
-// worker's results in one transaction; then, in a second, lock the batch
-// row, report this worker's backpressure, claim up to in.Want rows (in
-// another statement, whose snapshot sees every result committed before the
-// lock was granted, these included), and, if asked, see whether anything
-// remains.
+// Cycle runs one round trip (a pipeline of statements in one transaction):
+// write this worker's results; lock the batch row; report this worker's
+// backpressure; claim up to in.Want rows (in another statement, whose
+// snapshot sees every result committed before the lock was granted, and
+// this transaction's own); and, if asked, see whether anything remains.
 func (s *Session) Cycle(ctx context.Context, in CycleIn) (CycleOut, error) {
 	var out CycleOut
 	batch := &pgx.Batch{}
-	// The results first, in their own transaction, committed durably and
-	// without the batch row: their rows are fenced one by one, and a
-	// commit's flush to disk must not hold up every other worker's claim.
-	if len(in.Done) > 0 {
-		batch.Queue("begin")
-		batch.Queue(complete, completionArgs(s.batch.ID, s.owner, in.Done)...)
-		batch.Queue("commit")
-	}
-	// Then the claim, holding the batch row as briefly as can be. Its
-	// commit need not wait for the disk: a claim lost in a crash of the
-	// database leaves the row pending, and the worker that thought it held
-	// it has its result refused by the fence, so the row is redone.
+	// One transaction, not one for the results and one for the claim: each
+	// costs the server as much as a statement, and every statement of a
+	// round trip is CPU the 20 ms calls wait behind.
+	//
+	// Its commit need not wait for the disk. A claim lost in a crash of the
+	// database leaves its row pending, and the worker that thought it held
+	// it has its result refused by the fence, so the row is redone. A result
+	// lost in one leaves its row running under this worker's lease, which
+	// the worker no longer renews (the row is no longer held), or gives back
+	// at once (the round trips that failed make the next one reconcile):
+	// the row is redone, never lost.
 	batch.Queue("begin")
 	batch.Queue("set local synchronous_commit to off")
+	// The results first, before the batch row is locked: they hold only
+	// their own rows, fenced one by one, and a row written frees its place
+	// for the claim below.
+	if len(in.Done) > 0 {
+		batch.Queue(complete, completionArgs(s.batch.ID, s.owner, in.Done)...)
+	}
 	batch.Queue(lockBatch, s.batch.ID)
+	var back []int64 // rows the results put back to pending
+	for _, c := range in.Done {
+		if c.Action != Finish {
+			back = append(back, c.Seq)
+		}
+	}
+	if len(back) > 0 {
+		batch.Queue(lowerMarks, s.batch.ID, back)
+	}
 	if in.Reconcile {
-		batch.Queue(`update hfsent.item set state = 'pending', attempt = attempt - 1, lease_owner = null, lease_until = null
-			where batch_id = $1 and state = 'running' and lease_owner = $2 and seq <> all($3::bigint[])`, s.batch.ID, s.owner, in.Held)
+		batch.Queue(reconcile, s.batch.ID, s.owner, in.Held)
 	}
 	if in.PauseFor > 0 || in.OpenFor > 0 {
 		batch.Queue(reportBackpressure, s.batch.ID, ceilMs(in.PauseFor), ceilMs(in.OpenFor), channel(s.batch.ID))
 	}
 	if in.Want > 0 {
-		batch.Queue(claim, s.batch.ID, in.Want, s.owner, s.lease.Milliseconds(), in.Fallback)
+		q := claim
+		if s.batch.ClientColumn == "" && s.batch.ClientCap == 0 && s.batch.GlobalRPS == 0 {
+			q = claimOne
+		}
+		batch.Queue(q, s.batch.ID, in.Want, s.owner, s.lease.Milliseconds(), in.Fallback)
 	}
 	if in.AskRemaining {
 		batch.Queue(remaining, s.batch.ID)
@@ -296,10 +412,12 @@ func (s *Session) Cycle(ctx context.Context, in CycleIn) (CycleOut, error) {
 	br := s.db.Pool.SendBatch(ctx, batch)
 	defer br.Close()
 
-	if len(in.Done) > 0 {
+	for range 2 {
 		if _, err := br.Exec(); err != nil {
 			return out, err
 		}
+	}
+	if len(in.Done) > 0 {
 		rows, err := br.Query()
 		if err != nil {
 			return out, err
@@ -323,21 +441,17 @@ func (s *Session) Cycle(ctx context.Context, in CycleIn) (CycleOut, error) {
 				out.Discarded = append(out.Discarded, c)
 			}
 		}
-		if _, err := br.Exec(); err != nil {
-			return out, err
-		}
-		out.DoneCommitted = true
-	}
-	for range 2 {
-		if _, err := br.Exec(); err != nil {
-			return out, err
-		}
 	}
 	var pausedMs, openMs float64
 	if err := br.QueryRow().Scan(&pausedMs, &openMs); err != nil {
 		return out, err
 	}
 	out.Paused, out.Open = msDuration(pausedMs), msDuration(openMs)
+	if len(back) > 0 {
+		if _, err := br.Exec(); err != nil {
+			return out, err
+		}
+	}
 	if in.Reconcile {
 		if _, err := br.Exec(); err != nil {
 			return out, err
@@ -418,38 +532,70 @@ func completionArgs(batchID int64, owner string, done []Completion) []any {
 // last failure (or upstream_failed when they never got one).
 func (s *Session) Heartbeat(ctx context.Context, host string, pid int, held []int64) (renewed, rescued, exhausted int64, err error) {
 	b := &pgx.Batch{}
+	// The renewal first, so that this worker's own rows are renewed, not
+	// rescued; in a transaction of its own, so that the rescue, which holds
+	// the batch row as everything that makes rows pending does (see
+	// lowerMarks), takes no row lock before it.
+	b.Queue("begin")
 	b.Queue(`update hfsent.item set lease_until = clock_timestamp() + $3 * interval '1 millisecond'
 		where batch_id = $1 and seq = any($4::bigint[]) and state = 'running' and lease_owner = $2`, s.batch.ID, s.owner, s.lease.Milliseconds(), held)
+	b.Queue("commit")
+	b.Queue("begin")
+	b.Queue(lockBatch, s.batch.ID)
+	b.Queue(rescue, s.batch.ID, channel(s.batch.ID))
+	b.Queue("commit")
 	b.Queue(`insert into hfsent.worker (batch_id, id, host, pid) values ($1, $2, $3, $4)
 		on conflict (batch_id, id) do update set seen_at = clock_timestamp()`, s.batch.ID, s.owner, host, pid)
-	b.Queue(rescue, s.batch.ID, channel(s.batch.ID))
 	br := s.db.Pool.SendBatch(ctx, b)
 	defer br.Close()
+	if _, err := br.Exec(); err != nil {
+		return 0, 0, 0, err
+	}
 	tag, err := br.Exec()
 	if err != nil {
 		return 0, 0, 0, err
 	}
 	renewed = tag.RowsAffected()
-	if _, err := br.Exec(); err != nil {
-		return renewed, 0, 0, err
+	for range 3 {
+		if _, err := br.Exec(); err != nil {
+			return renewed, 0, 0, err
+		}
 	}
 	if err := br.QueryRow().Scan(&rescued, &exhausted); err != nil {
 		return renewed, 0, 0, err
+	}
+	for range 2 {
+		if _, err := br.Exec(); err != nil {
+			return renewed, rescued, exhausted, err
+		}
 	}
 	return renewed, rescued, exhausted, br.Close()
 }
 
 const rescue = `
 with t as (select clock_timestamp() as now),
+-- Rows locked are being written by their worker right now: passed over,
+-- so the rescue, holding the batch row, never waits for a round trip that
+-- waits for it.
+e as (
+	select i.seq from hfsent.item i, t
+	where i.batch_id = $1 and i.state = 'running' and i.lease_until < t.now
+	for update of i skip locked
+),
 x as (
 	update hfsent.item i set
 		state = case when i.attempt >= b.max_attempts then 'done' else 'pending' end,
 		available_at = t.now + least(60000, 1000 * power(2, greatest(i.attempt, 1) - 1)) * (0.5 + random() / 2) * interval '1 millisecond',
 		lease_owner = null,
 		lease_until = null
-	from t, hfsent.batch b
-	where b.id = $1 and i.batch_id = $1 and i.state = 'running' and i.lease_until < t.now
-	returning i.seq, i.state, i.attempt, i.claimed_at, b.started_at
+	from t, hfsent.batch b, e
+	where b.id = $1 and i.batch_id = $1 and i.seq = e.seq and i.state = 'running' and i.lease_until < t.now
+	returning i.seq, i.client, i.state, i.attempt, i.claimed_at, b.started_at
+),
+l as (
+	update hfsent.client c set pending_from = m.seq
+	from (select client, min(seq) as seq from x where state = 'pending' group by client) m
+	where c.batch_id = $1 and c.client = m.client and m.seq < c.pending_from
 ),
 r as (
 	insert into hfsent.result (batch_id, seq, outcome, error, queued_ms, started_ms, finished_ms, worker)

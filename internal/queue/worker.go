@@ -201,11 +201,10 @@ func (w *Worker) Run(ctx context.Context, p *engine.Pipeline, g *resilience.Guar
 		inflight--
 		inflightDone -= len(c.in.Done)
 		inflightWant -= c.in.Want
-		if c.err != nil && c.out.DoneCommitted {
-			w.account(c.in.Done, c.out)
-			held -= len(c.in.Done)
-		} else if c.err != nil {
-			// Kept, to be sent again: the results were not committed.
+		if c.err != nil {
+			// Kept, to be sent again: the results are committed with the
+			// claim or not at all (a commit whose answer was lost is
+			// recognised when they come again).
 			pending = append(c.in.Done, pending...)
 			w.requeueBackpressure(c.in.PauseFor, c.in.OpenFor)
 		}
