@@ -161,6 +161,9 @@ func NewPipeline(ctx context.Context, cls provider.Classifier, cfg Config) *Pipe
 	return p
 }
 
+// Config is the pipeline's configuration, its defaults filled in.
+func (p *Pipeline) Config() Config { return p.cfg }
+
 // Stop stops admission for reason: rows waiting are finished not_attempted,
 // no call not yet sent is sent, and calls in flight get the grace period.
 func (p *Pipeline) Stop(reason StopReason) { p.stopAdmit(errStop{reason}) }

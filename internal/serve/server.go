@@ -81,12 +81,6 @@ func (c *Config) defaults() {
 	if c.Pipeline.BatchWait <= 0 {
 		c.Pipeline.BatchWait = 5 * time.Millisecond
 	}
-	if c.Pipeline.Rules.MaxChars <= 0 {
-		c.Pipeline.Rules.MaxChars = 5000
-	}
-	if c.Pipeline.Concurrency < 1 {
-		c.Pipeline.Concurrency = 8
-	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -137,9 +131,12 @@ func New(cls provider.Classifier, m *Metrics, cfg Config) *Server {
 	if m == nil {
 		m = NewMetrics(nil)
 	}
-	s := &Server{cfg: cfg, cls: cls, m: m, log: cfg.Logger, rules: pc.Rules}
+	s := &Server{cfg: cfg, cls: cls, m: m, log: cfg.Logger}
 	s.guard, _ = cls.(*resilience.Guard)
 	s.p = engine.NewPipeline(context.Background(), cls, pc)
+	// The engine's defaults (the text limit, the slots), as the pipeline
+	// applies them: requests are validated by the rules it uses.
+	s.rules = s.p.Config().Rules
 	s.routes = s.routeTable()
 	s.openapi = s.document()
 	m.watch(s)
@@ -268,14 +265,14 @@ func (s *Server) slotsLimit() int {
 	if s.guard != nil {
 		return s.guard.Slots().Limit()
 	}
-	return s.cfg.Pipeline.Concurrency
+	return s.p.Config().Concurrency
 }
 
 func (s *Server) slotsMax() int {
 	if s.guard != nil {
 		return s.guard.Slots().Max()
 	}
-	return s.cfg.Pipeline.Concurrency
+	return s.p.Config().Concurrency
 }
 
 func (s *Server) breakerOpen() (bool, time.Duration) {
