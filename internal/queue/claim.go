@@ -165,6 +165,23 @@ join hfsent.item i on i.batch_id = $1 and i.seq = d.seq and i.state = 'done'
 join hfsent.result r on r.batch_id = $1 and r.seq = d.seq and r.worker = $15
 where d.action = 'done' and d.seq not in (select seq from upd)`
 
+// claimLease and claimedRows end both claim statements (claim and
+// claimOne): every claim leases its pick the same way, so the fence
+// (state, owner, attempt) sees one kind of claimed row. Both read the CTEs
+// t (the clock after the lock) and pick.
+const claimLease = `claimed as (
+	update hfsent.item i set state = 'running', attempt = i.attempt + 1, lease_owner = $3,
+		lease_until = t.now + $4 * interval '1 millisecond', claimed_at = t.now
+	from pick, t
+	where i.batch_id = $1 and i.seq = pick.seq
+	returning i.seq, i.attempt
+),`
+
+const claimedRows = `
+select c.seq, c.attempt, inp.request_id, inp.text
+from claimed c join hfsent.input inp on inp.batch_id = $1 and inp.seq = c.seq
+order by c.seq`
+
 // claim is the second statement: in a snapshot taken after the batch row
 // is locked, it counts the rows running under an unexpired lease (in all
 // and per client), takes the room the global cap, the rate bucket and the
@@ -240,13 +257,7 @@ served as (
 	where c.batch_id = $1 and c.client = mark.client
 	  and (b.client_column is not null or mark.next >= mark.pending_from + 64)
 ),
-claimed as (
-	update hfsent.item i set state = 'running', attempt = i.attempt + 1, lease_owner = $3,
-		lease_until = t.now + $4 * interval '1 millisecond', claimed_at = t.now
-	from pick, t
-	where i.batch_id = $1 and i.seq = pick.seq
-	returning i.seq, i.attempt
-),
+` + claimLease + `
 bucket as (
 	update hfsent.batch set
 		tokens = case when b.global_rps is null then batch.tokens else b.avail - (select count(*) from claimed) end,
@@ -254,10 +265,7 @@ bucket as (
 		started_at = coalesce(batch.started_at, t.now)
 	from b, t
 	where batch.id = $1 and exists (select 1 from claimed) and (b.global_rps is not null or b.started_at is null)
-)
-select c.seq, c.attempt, inp.request_id, inp.text
-from claimed c join hfsent.input inp on inp.batch_id = $1 and inp.seq = c.seq
-order by c.seq`
+)` + claimedRows
 
 // claimOne is claim for a batch of one client with no client cap and no
 // rate: the same counts, times and locks (the second statement, its
@@ -302,21 +310,12 @@ served as (
 	from mark
 	where client.batch_id = $1 and client.client = mark.client and mark.next >= mark.pending_from + 64
 ),
-claimed as (
-	update hfsent.item i set state = 'running', attempt = i.attempt + 1, lease_owner = $3,
-		lease_until = t.now + $4 * interval '1 millisecond', claimed_at = t.now
-	from pick, t
-	where i.batch_id = $1 and i.seq = pick.seq
-	returning i.seq, i.attempt
-),
+` + claimLease + `
 bucket as (
 	update hfsent.batch set started_at = t.now
 	from b, t
 	where batch.id = $1 and b.started_at is null and exists (select 1 from claimed)
-)
-select c.seq, c.attempt, inp.request_id, inp.text
-from claimed c join hfsent.input inp on inp.batch_id = $1 and inp.seq = c.seq
-order by c.seq`
+)` + claimedRows
 
 // lowerMarks runs, holding the batch row, in every transaction that makes
 // rows pending again ($2: their seqs, its own writes; rows that are not
