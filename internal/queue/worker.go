@@ -207,15 +207,10 @@ func (w *Worker) Run(ctx context.Context, p *engine.Pipeline, g *resilience.Guar
 			// recognised when they come again).
 			pending = append(c.in.Done, pending...)
 			w.requeueBackpressure(c.in.PauseFor, c.in.OpenFor)
-		}
-		if c.err != nil && (c.in.Want > 0 || c.in.Reconcile) {
-			// The claim may have been committed with its answer lost.
-			reconcile = true
-		}
-		if c.err == nil && c.in.Reconcile {
-			reconcile = false
-		}
-		if c.err != nil {
+			if c.in.Want > 0 || c.in.Reconcile {
+				// The claim may have been committed with its answer lost.
+				reconcile = true
+			}
 			if !retryable(c.err) {
 				fatal = fmt.Errorf("the database refused a claim or a result (%s); the results not written are redone after their lease", summarise(c.err))
 				stop(engine.StopInterrupted)
@@ -226,6 +221,9 @@ func (w *Worker) Run(ctx context.Context, p *engine.Pipeline, g *resilience.Guar
 			nextTry = time.Now().Add(d)
 			w.log.Warn("database unreachable; keeping the results and retrying", "in", d.Round(time.Millisecond), "results_waiting", len(pending), "err", summarise(c.err))
 			return
+		}
+		if c.in.Reconcile {
+			reconcile = false
 		}
 		if failStreak > 0 {
 			w.log.Info("database reachable again")
