@@ -10,10 +10,8 @@ package engine
 import (
 	"context"
 	"errors"
-	"hash/maphash"
 	"io"
 	"log/slog"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -190,8 +188,7 @@ type run struct {
 	read, written, lost, ok, failed atomic.Int64
 	kept                            atomic.Int64
 
-	seed maphash.Seed
-	ids  idSet
+	ids *IDs // the ids read, for duplicates
 
 	writeFailed atomic.Bool
 	counts      map[outcome.Code]int64 // set by the writer when it ends
@@ -208,8 +205,7 @@ type run struct {
 func Run(ctx context.Context, src Source, sink Sink, cls provider.Classifier, cfg Config) (Summary, error) {
 	cfg.defaults()
 	cfg.StopOnFatal = true
-	r := &run{cfg: cfg, done: make(chan results.Row, cfg.Window), seed: maphash.MakeSeed()}
-	r.ids.reserve(cfg.ExpectedRows)
+	r := &run{cfg: cfg, done: make(chan results.Row, cfg.Window), ids: NewIDs(cfg.ExpectedRows)}
 	r.p = NewPipeline(ctx, cls, cfg)
 	if cfg.MaxDuration > 0 {
 		t := time.AfterFunc(cfg.MaxDuration, func() { r.p.Stop(StopMaxDuration) })
@@ -258,7 +254,7 @@ read:
 		}
 		r.read.Add(1)
 		row := rr.row
-		problem := r.cfg.Rules.Check(row, r.duplicate) // also for a kept row: it remembers the id
+		problem := r.cfg.Rules.Check(row, r.ids.Seen) // also for a kept row: it remembers the id
 		if rr.prior != nil {
 			r.keep(row, *rr.prior)
 			continue
@@ -273,7 +269,7 @@ read:
 	r.p.Close()
 	close(r.done)
 	writeErr := <-writerDone
-	r.ids.release()
+	r.ids.Release()
 
 	st := r.p.Stats()
 	sum.Written = r.written.Load()
@@ -322,14 +318,6 @@ func readAll(src Source, rows chan<- readResult, stop <-chan struct{}) {
 			return
 		}
 	}
-}
-
-// duplicate reports whether id was seen before in this run. Ids are
-// compared without surrounding spaces, and remembered as 64-bit hashes (see
-// idSet): 10 to 15 bytes a row rather than the whole id; a false duplicate
-// needs a collision of odds 2^-64.
-func (r *run) duplicate(id string) bool {
-	return r.ids.add(maphash.String(r.seed, strings.TrimSpace(id)))
 }
 
 // finished hands a row to the writer.

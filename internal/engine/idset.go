@@ -1,6 +1,31 @@
 package engine
 
-import "math/bits"
+import (
+	"hash/maphash"
+	"math/bits"
+)
+
+// IDs is the set of request ids met so far, for Rules.Check's seen: kept
+// as 64-bit hashes in an idSet, 10 to 15 bytes an id rather than the whole
+// id; a false duplicate needs a collision of odds 2^-64. Every door that
+// reads many rows (a CSV run, queue push) keeps its ids in one.
+type IDs struct {
+	seed maphash.Seed
+	set  idSet
+}
+
+// NewIDs returns an empty set sized for expected ids (0: unknown).
+func NewIDs(expected int64) *IDs {
+	x := &IDs{seed: maphash.MakeSeed()}
+	x.set.reserve(expected)
+	return x
+}
+
+// Seen reports whether id came before, and remembers it.
+func (x *IDs) Seen(id string) bool { return x.set.add(maphash.String(x.seed, id)) }
+
+// Release gives the set's table back; the set is empty after it.
+func (x *IDs) Release() { x.set.release() }
 
 // idSet is the set of row-id hashes seen, for duplicate detection: an
 // open-addressing table of bare uint64s, 10 to 15 bytes a row. A Go map of

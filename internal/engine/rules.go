@@ -22,7 +22,8 @@ type Rules struct {
 
 // Check returns why row is invalid, or "". seen, when not nil, reports
 // whether the id came before (and remembers it): a later row with the same
-// id is invalid.
+// id is invalid. seen is given the id without surrounding spaces, so "A7"
+// and " A7 " are the same id.
 func (r Rules) Check(row input.Row, seen func(id string) bool) string {
 	if row.Problem != "" {
 		return row.Problem
@@ -39,7 +40,7 @@ func (r Rules) Check(row input.Row, seen func(id string) bool) string {
 	if r.IDPattern != nil && !r.IDPattern.MatchString(id) {
 		return fmt.Sprintf("request id does not match --id-pattern %s", r.IDPattern)
 	}
-	if seen != nil && seen(row.ID) {
+	if seen != nil && seen(id) {
 		return "duplicate request id"
 	}
 	if strings.TrimSpace(row.Text) == "" {

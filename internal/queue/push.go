@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/maphash"
 	"io"
 	"strings"
 
@@ -91,7 +90,8 @@ func (db *DB) Push(ctx context.Context, req PushRequest, src Source) (PushResult
 	}
 
 	cs := &copySource{src: src, base: base, batch: b.ID, rules: engine.Rules{MaxChars: b.MaxChars},
-		seed: maphash.MakeSeed(), ids: map[uint64]struct{}{}, progress: req.Progress}
+		ids: engine.NewIDs(0), progress: req.Progress}
+	defer cs.ids.Release()
 	if _, err := tx.CopyFrom(ctx, pgx.Identifier{"hfsent", "input"}, []string{"batch_id", "seq", "request_id", "text"}, cs); err != nil {
 		if cs.readErr != nil {
 			return res, cs.readErr
@@ -265,8 +265,7 @@ type copySource struct {
 	base     int64
 	batch    int64
 	rules    engine.Rules
-	seed     maphash.Seed
-	ids      map[uint64]struct{}
+	ids      *engine.IDs // the ids of this file, for duplicates
 	progress func(int64)
 
 	row     input.Row
@@ -290,7 +289,7 @@ func (c *copySource) Next() bool {
 		c.readErr = err
 		return false
 	}
-	problem := c.rules.Check(row, c.duplicate)
+	problem := c.rules.Check(row, c.ids.Seen)
 	if problem == "" && (strings.ContainsRune(row.ID, 0) || strings.ContainsRune(row.Text, 0)) {
 		// PostgreSQL text cannot hold a NUL byte.
 		problem = "id or text holds a NUL byte"
@@ -318,17 +317,6 @@ func (c *copySource) Values() ([]any, error) {
 }
 
 func (c *copySource) Err() error { return c.readErr }
-
-// duplicate reports whether id came before in this file, spaces around it
-// ignored, as classify does (a 64-bit hash per id).
-func (c *copySource) duplicate(id string) bool {
-	h := maphash.String(c.seed, strings.TrimSpace(id))
-	if _, ok := c.ids[h]; ok {
-		return true
-	}
-	c.ids[h] = struct{}{}
-	return false
-}
 
 func (c *copySource) clientList() []string {
 	out := make([]string, 0, len(c.clients))

@@ -128,7 +128,6 @@ func (s *Server) classifyItems(x *exchange) {
 		ids[i] = it.RequestID
 		if msg == "" {
 			problem := s.rules.Check(input.Row{ID: it.RequestID, Text: it.Text}, func(id string) bool {
-				id = strings.TrimSpace(id)
 				dup := seen[id]
 				seen[id] = true
 				return dup
