@@ -51,9 +51,6 @@ func (c *Counters) callEnded(d time.Duration) {
 	}
 }
 
-// InFlight is the number of calls in flight now.
-func (c *Counters) InFlight() int64 { return c.inFlight.Load() }
-
 // Latency is about how long a call takes lately (0 before any).
 func (c *Counters) Latency() time.Duration { return time.Duration(c.latency.Load()) }
 
@@ -83,7 +80,6 @@ type Stats struct {
 	BreakerOpenings int64
 	BreakerOpen     time.Duration // time the breaker was open or probing
 	FallbackRows    int64
-	FallbackCalls   int64
 	Cooldowns       int64 // shared pauses after a 429 with Retry-After
 	MaxInFlight     int64
 	Limit           int // final adaptive limit; 0 when not adaptive
@@ -107,7 +103,6 @@ func (c *Counters) Snapshot(elapsed time.Duration) Stats {
 		BreakerOpenings: c.BreakerOpenings.Load(),
 		BreakerOpen:     open,
 		FallbackRows:    c.FallbackRows.Load(),
-		FallbackCalls:   c.FallbackCalls.Load(),
 		Cooldowns:       c.cooldowns.Load(),
 		MaxInFlight:     c.maxInFlight.Load(),
 		Limit:           c.Limit(),

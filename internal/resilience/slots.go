@@ -168,16 +168,6 @@ func (s *Slots) grant() *Permit {
 	return p
 }
 
-// TryAcquire takes a slot if one is free now, without waiting behind others.
-func (s *Slots) TryAcquire() *Permit {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.waiters.Len() > 0 || !s.grantable(false) {
-		return nil
-	}
-	return s.grant()
-}
-
 // Acquire waits for a slot until ctx ends or stop is closed (no more calls
 // may be sent; nil: never). Waiters are served in arrival order.
 func (s *Slots) Acquire(ctx context.Context, stop <-chan struct{}) (*Permit, error) {
