@@ -44,6 +44,7 @@ type Config struct {
 	Concurrency   int           // calls in flight at most, unless the classifier brings its own slots; default 8
 	AdmissionWait time.Duration // 0: a row waits for a slot as long as needed
 	RowDeadline   time.Duration // all attempts and waits of one row; default 10m
+	DeadlineFlag  string        // the flag that sets RowDeadline, named when a row passes it; default --row-deadline
 	MaxDuration   time.Duration // Run only: stop admitting after this long; 0: no limit
 	Grace         time.Duration // in-flight calls may finish this long after admission stops; default 10s
 	Rules         Rules         // what makes a row invalid_input
@@ -91,6 +92,9 @@ func (c *Config) defaults() {
 	}
 	if c.RowDeadline <= 0 {
 		c.RowDeadline = 10 * time.Minute
+	}
+	if c.DeadlineFlag == "" {
+		c.DeadlineFlag = "--row-deadline"
 	}
 	if c.Grace <= 0 {
 		c.Grace = 10 * time.Second

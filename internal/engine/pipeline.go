@@ -164,6 +164,10 @@ func NewPipeline(ctx context.Context, cls provider.Classifier, cfg Config) *Pipe
 // Config is the pipeline's configuration, its defaults filled in.
 func (p *Pipeline) Config() Config { return p.cfg }
 
+// Slots is what bounds the pipeline's calls in flight: the guarded
+// classifier's, or the pipeline's own when there is none.
+func (p *Pipeline) Slots() *resilience.Slots { return p.slots }
+
 // Stop stops admission for reason: rows waiting are finished not_attempted,
 // no call not yet sent is sent, and calls in flight get the grace period.
 func (p *Pipeline) Stop(reason StopReason) { p.stopAdmit(errStop{reason}) }
@@ -454,7 +458,7 @@ func (p *Pipeline) classifyError(err error, rowCtx context.Context) (outcome.Cod
 	case p.callCtx.Err() != nil:
 		return outcome.NotAttempted, "interrupted before an answer came"
 	case errors.Is(rowCtx.Err(), context.DeadlineExceeded):
-		return outcome.UpstreamTimeout, "no answer before the row's deadline (--row-deadline)"
+		return outcome.UpstreamTimeout, "no answer before the row's deadline (" + p.cfg.DeadlineFlag + ")"
 	case errors.Is(err, context.Canceled):
 		return outcome.NotAttempted, "the caller went away before an answer came"
 	}

@@ -212,13 +212,10 @@ func (s *Server) invalid(x *exchange, field, msg string) {
 
 // message is a result's safe text for a caller.
 func message(res results.Row) string {
-	msg := res.Error
-	if msg == "" {
-		msg = string(res.Outcome)
+	if res.Error == "" {
+		return string(res.Outcome)
 	}
-	// The engine names classify's flag; a request's deadline is
-	// serve's --request-timeout.
-	return strings.ReplaceAll(msg, "--row-deadline", "--request-timeout")
+	return res.Error
 }
 
 // retryAfter is when a caller may try again after res, in whole seconds,

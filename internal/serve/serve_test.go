@@ -431,3 +431,18 @@ func TestClassifyItems(t *testing.T) {
 		t.Fatalf("the three valid items took %d calls, want 1 (they ride together)", f.Calls())
 	}
 }
+
+// TestDeadlineNamesServesFlag: a request that passes its deadline is told
+// which flag bounds it: serve's --request-timeout, never classify's
+// --row-deadline.
+func TestDeadlineNamesServesFlag(t *testing.T) {
+	h := start(t, &fakehf.Fake{Latency: 3 * time.Second}, func(s *setup) {
+		s.cfg.RequestTimeout = 300 * time.Millisecond
+	})
+	a := h.feedback("d1", "slower than the request's deadline")
+	msg, _ := a.detail(t)["message"].(string)
+	if a.status != 504 || a.code(t) != string(outcome.UpstreamTimeout) ||
+		!strings.Contains(msg, "--request-timeout") || strings.Contains(msg, "--row-deadline") {
+		t.Fatalf("answered %d %s", a.status, a.body)
+	}
+}

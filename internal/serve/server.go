@@ -93,7 +93,6 @@ func (c *Config) defaults() {
 // listener until its context ends, then drains.
 type Server struct {
 	cfg     Config
-	cls     provider.Classifier
 	guard   *resilience.Guard // nil for a classifier without policies (--provider local)
 	p       *engine.Pipeline
 	m       *Metrics
@@ -124,6 +123,7 @@ func New(cls provider.Classifier, m *Metrics, cfg Config) *Server {
 	pc.FailFast = true
 	pc.StopOnFatal = false
 	pc.RowDeadline = cfg.RequestTimeout
+	pc.DeadlineFlag = "--request-timeout"
 	pc.Grace = forcedGrace
 	pc.MaxDuration = 0
 	pc.IncludeText = false
@@ -131,7 +131,7 @@ func New(cls provider.Classifier, m *Metrics, cfg Config) *Server {
 	if m == nil {
 		m = NewMetrics(nil)
 	}
-	s := &Server{cfg: cfg, cls: cls, m: m, log: cfg.Logger}
+	s := &Server{cfg: cfg, m: m, log: cfg.Logger}
 	s.guard, _ = cls.(*resilience.Guard)
 	s.p = engine.NewPipeline(context.Background(), cls, pc)
 	// The engine's defaults (the text limit, the slots), as the pipeline
@@ -254,26 +254,11 @@ func notSent() results.Row {
 
 // state, for the metrics.
 
-func (s *Server) slotsInUse() int {
-	if s.guard != nil {
-		return s.guard.Slots().InUse()
-	}
-	return int(s.p.Stats().Active)
-}
+func (s *Server) slotsInUse() int { return s.p.Slots().InUse() }
 
-func (s *Server) slotsLimit() int {
-	if s.guard != nil {
-		return s.guard.Slots().Limit()
-	}
-	return s.p.Config().Concurrency
-}
+func (s *Server) slotsLimit() int { return s.p.Slots().Limit() }
 
-func (s *Server) slotsMax() int {
-	if s.guard != nil {
-		return s.guard.Slots().Max()
-	}
-	return s.p.Config().Concurrency
-}
+func (s *Server) slotsMax() int { return s.p.Slots().Max() }
 
 func (s *Server) breakerOpen() (bool, time.Duration) {
 	if s.guard == nil {
