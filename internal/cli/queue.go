@@ -408,7 +408,7 @@ func runStatus(ctx context.Context, o *statusOptions, ios *IOStreams) error {
 			fmt.Fprint(ios.Out, "\x1b[H\x1b[2J")
 		}
 		fmt.Fprint(ios.Out, formatStatus(st))
-		if !o.watch || st.Pending+st.Running+st.Expired == 0 {
+		if !o.watch || st.Left() == 0 {
 			return nil
 		}
 		fmt.Fprintln(ios.Out)
@@ -459,7 +459,7 @@ func formatStatus(st *queue.Status) string {
 	}
 	b.WriteString("\n")
 	fmt.Fprintf(&b, "rate:     %d rows in the last minute", st.PerMinute)
-	left := st.Pending + st.Running + st.Expired
+	left := st.Left()
 	switch {
 	case left == 0:
 		b.WriteString("; done")

@@ -46,7 +46,11 @@ type Status struct {
 }
 
 // Total is every row of the batch.
-func (s *Status) Total() int64 { return s.Pending + s.Running + s.Expired + s.Done }
+func (s *Status) Total() int64 { return s.Left() + s.Done }
+
+// Left is the rows not yet done: pending, running, or running past their
+// lease.
+func (s *Status) Left() int64 { return s.Pending + s.Running + s.Expired }
 
 // Status reads the batch's state.
 func (db *DB) Status(ctx context.Context, name string) (*Status, error) {
@@ -131,7 +135,7 @@ func (db *DB) Status(ctx context.Context, name string) (*Status, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading the status of batch %q: %s", name, summarise(err))
 	}
-	if left := st.Pending + st.Running + st.Expired; left > 0 && st.PerMinute > 0 {
+	if left := st.Left(); left > 0 && st.PerMinute > 0 {
 		st.ETA = time.Duration(float64(left) / float64(st.PerMinute) * float64(time.Minute))
 	}
 	return st, nil

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -537,12 +536,8 @@ func retryable(err error) bool {
 		}
 		return false
 	}
-	var ne net.Error
-	if errors.As(err, &ne) {
-		return true
-	}
-	// Anything else (a closed connection, a timeout, an EOF) is the
-	// connection, not the statement.
+	// Anything else (a network error, a closed connection, a timeout, an
+	// EOF) is the connection, not the statement.
 	return true
 }
 
