@@ -84,6 +84,23 @@ func shortDuration(d time.Duration) string {
 	return s
 }
 
+// textsInFlight refuses -c × --batch-size beyond maxTextsInFlight (classify,
+// serve, worker).
+func textsInFlight(conc, batch int) error {
+	if conc*batch > maxTextsInFlight {
+		return usageErrorf("--concurrency × --batch-size must be at most %d texts in flight, got %d × %d", maxTextsInFlight, conc, batch)
+	}
+	return nil
+}
+
+// contradict refuses a flag given together with its opposite.
+func contradict(flag, noFlag string, both bool) error {
+	if both {
+		return usageErrorf("%s and %s contradict each other; give one", flag, noFlag)
+	}
+	return nil
+}
+
 // validBounds checks classify's own numeric flags and refuses flags that
 // contradict each other.
 func (o *classifyOptions) validBounds() error {
@@ -91,19 +108,13 @@ func (o *classifyOptions) validBounds() error {
 		inRange("--max-chars", o.maxChars, 1, maxCharsLimit, ""),
 		inRange("--batch-size", o.batchSize, 1, maxBatchSize, ""),
 		inRange("--max-duration", o.maxDuration, 0, maxRunDuration, ""),
+		textsInFlight(o.prov.concurrency, o.batchSize),
+		contradict("--progress", "--no-progress", o.progress && o.noProgress),
+		contradict("--dedupe", "--no-dedupe", o.dedupeSet && o.dedupe && o.noDedupe),
 	} {
 		if err != nil {
 			return err
 		}
-	}
-	if n := o.prov.concurrency * o.batchSize; n > maxTextsInFlight {
-		return usageErrorf("--concurrency × --batch-size must be at most %d texts in flight, got %d × %d", maxTextsInFlight, o.prov.concurrency, o.batchSize)
-	}
-	if o.progress && o.noProgress {
-		return usageErrorf("--progress and --no-progress contradict each other; give one")
-	}
-	if o.dedupeSet && o.dedupe && o.noDedupe {
-		return usageErrorf("--dedupe and --no-dedupe contradict each other; give one")
 	}
 	return nil
 }

@@ -174,14 +174,14 @@ func (o *serveOptions) validate() error {
 		return usageErrorf("--admission-wait %s is longer than --request-timeout %s: a request's wait for a slot is part of its deadline",
 			shortDuration(o.prov.admissionWait), shortDuration(o.requestTimeout))
 	}
-	if n := o.prov.concurrency * o.batchSize; n > maxTextsInFlight {
-		return usageErrorf("--concurrency × --batch-size must be at most %d texts in flight, got %d × %d", maxTextsInFlight, o.prov.concurrency, o.batchSize)
-	}
-	if o.dedupeSet && o.dedupe && o.noDedupe {
-		return usageErrorf("--dedupe and --no-dedupe contradict each other; give one")
-	}
-	if o.shedSet && o.shed && o.noShed {
-		return usageErrorf("--shed and --no-shed contradict each other; give one")
+	for _, err := range []error{
+		textsInFlight(o.prov.concurrency, o.batchSize),
+		contradict("--dedupe", "--no-dedupe", o.dedupeSet && o.dedupe && o.noDedupe),
+		contradict("--shed", "--no-shed", o.shedSet && o.shed && o.noShed),
+	} {
+		if err != nil {
+			return err
+		}
 	}
 	if _, err := o.idRegexp(); err != nil {
 		return err

@@ -95,19 +95,13 @@ func (o *workerOptions) validate() error {
 		inRange("--lease", o.lease, minLease, maxLease, "the batch's"),
 		inRange("--poll", o.poll, 10*time.Millisecond, maxPollInterval, ""),
 		inRange("--batch-size", o.batchSize, 1, maxBatchSize, ""),
+		textsInFlight(o.prov.concurrency, o.batchSize),
+		contradict("--dedupe", "--no-dedupe", o.dedupe && o.noDedupe && o.flags.Changed("dedupe")),
+		contradict("--progress", "--no-progress", o.progress && o.noProgress),
 	} {
 		if err != nil {
 			return err
 		}
-	}
-	if o.prov.concurrency*o.batchSize > maxTextsInFlight {
-		return usageErrorf("--concurrency × --batch-size must be at most %d, got %d", maxTextsInFlight, o.prov.concurrency*o.batchSize)
-	}
-	if o.dedupe && o.noDedupe && o.flags.Changed("dedupe") {
-		return usageErrorf("--dedupe and --no-dedupe contradict each other")
-	}
-	if o.progress && o.noProgress {
-		return usageErrorf("--progress and --no-progress contradict each other")
 	}
 	if o.prov.admissionWait > 0 {
 		return usageErrorf("--admission-wait is for bursts (classify, serve); a worker claims only what it can send, so leave it 0")
