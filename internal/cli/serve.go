@@ -66,7 +66,7 @@ const (
 )
 
 func newServeCmd(ios *IOStreams, g *globalOptions) *cobra.Command {
-	o := &serveOptions{maxBody: 1 << 20}
+	o := &serveOptions{maxBody: serve.DefaultMaxBody}
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Serve the classifier over HTTP, with admission control",
@@ -124,15 +124,15 @@ request: never the text, never the token.`,
 	fs.Lookup("fallback-model").Usage = "model id, or local, that answers requests while the breaker is open (default: none, requests are answered 503 circuit_open at once)"
 	// A request's deadline is --request-timeout: --row-deadline is classify's.
 	_ = fs.MarkHidden("row-deadline")
-	fs.DurationVar(&o.requestTimeout, "request-timeout", 15*time.Second, "bounds one request from its arrival to its answer: admission, every attempt, backoff and cooldown ("+rangeHelp(minTimeout, maxTimeout)+")")
-	fs.DurationVar(&o.grace, "grace", 10*time.Second, "on SIGTERM or SIGINT, how long requests in flight may finish before they are cancelled ("+rangeHelp(minTimeout, maxGrace)+")")
+	fs.DurationVar(&o.requestTimeout, "request-timeout", serve.DefaultRequestTimeout, "bounds one request from its arrival to its answer: admission, every attempt, backoff and cooldown ("+rangeHelp(minTimeout, maxTimeout)+")")
+	fs.DurationVar(&o.grace, "grace", serve.DefaultGrace, "on SIGTERM or SIGINT, how long requests in flight may finish before they are cancelled ("+rangeHelp(minTimeout, maxGrace)+")")
 	fs.IntVar(&o.maxChars, "max-chars", 5000, "longer texts are 422 invalid_input ("+rangeHelp(1, maxCharsLimit)+")")
 	fs.IntVar(&o.maxIDChars, "max-id-chars", 128, "longer request ids are 422 invalid_input ("+rangeHelp(1, maxIDCharsLimit)+")")
 	fs.StringVar(&o.idPattern, "id-pattern", "", "regular expression (RE2) a request id must match in full, e.g. '[A-Za-z0-9_-]+' (default: any non-blank id)")
 	fs.Var(&o.maxBody, "max-body", "largest request body, in bytes or with KiB or MiB; larger is 413 ("+show(minMaxBody/1024)+"KiB-"+show(maxMaxBody>>20)+"MiB)")
-	fs.IntVar(&o.maxItems, "max-items", 256, "most items in one POST /v1/classify ("+rangeHelp(1, maxItemsLimit)+")")
+	fs.IntVar(&o.maxItems, "max-items", serve.DefaultMaxItems, "most items in one POST /v1/classify ("+rangeHelp(1, maxItemsLimit)+")")
 	fs.IntVar(&o.batchSize, "batch-size", 1, "most texts in one provider call: requests that arrive while the slots are busy ride together (1: off; "+rangeHelp(1, maxBatchSize)+")")
-	fs.DurationVar(&o.batchWait, "batch-wait", 5*time.Millisecond, "with --batch-size, how long a call that is not full waits for more texts, never past a request's --admission-wait ("+rangeHelp(minTimeout, maxBatchWait)+")")
+	fs.DurationVar(&o.batchWait, "batch-wait", serve.DefaultBatchWait, "with --batch-size, how long a call that is not full waits for more texts, never past a request's --admission-wait ("+rangeHelp(minTimeout, maxBatchWait)+")")
 	fs.BoolVar(&o.dedupe, "dedupe", true, "identical texts in flight share one call, and recent answers are reused")
 	fs.BoolVar(&o.noDedupe, "no-dedupe", false, "send every text, even identical ones")
 	fs.BoolVar(&o.shed, "shed", true, "for "+shortDuration(engine.ShedAfter)+" (or four calls' latency) after a request got no slot within --admission-wait, requests wait at most "+shortDuration(engine.ShedWait)+" for one: under a sustained overload the requests admitted are not all late by the whole wait; a burst still gets it")

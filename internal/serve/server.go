@@ -49,6 +49,15 @@ type Config struct {
 	Logger  *slog.Logger
 }
 
+// Defaults of Config, which serve's flags show as theirs.
+const (
+	DefaultRequestTimeout = 15 * time.Second
+	DefaultGrace          = 10 * time.Second
+	DefaultMaxBody        = 1 << 20
+	DefaultMaxItems       = 256
+	DefaultBatchWait      = 5 * time.Millisecond
+)
+
 // Server timeouts. A request's own work is bounded by RequestTimeout; these
 // bound the connection around it, so that a slow or silent client cannot
 // hold a connection (and its goroutine) for ever.
@@ -67,19 +76,19 @@ const (
 
 func (c *Config) defaults() {
 	if c.RequestTimeout <= 0 {
-		c.RequestTimeout = 15 * time.Second
+		c.RequestTimeout = DefaultRequestTimeout
 	}
 	if c.Grace <= 0 {
-		c.Grace = 10 * time.Second
+		c.Grace = DefaultGrace
 	}
 	if c.MaxBody <= 0 {
-		c.MaxBody = 1 << 20
+		c.MaxBody = DefaultMaxBody
 	}
 	if c.MaxItems <= 0 {
-		c.MaxItems = 256
+		c.MaxItems = DefaultMaxItems
 	}
 	if c.Pipeline.BatchWait <= 0 {
-		c.Pipeline.BatchWait = 5 * time.Millisecond
+		c.Pipeline.BatchWait = DefaultBatchWait
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
