@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -61,9 +62,11 @@ type HF struct {
 }
 
 // labelSet interns labels: a model has a handful, and a million answers
-// (and the dedupe cache's entries) then share them instead of each holding
-// its own copy.
-type labelSet struct{ m sync.Map }
+// then share them instead of each holding its own copy.
+type labelSet struct {
+	m sync.Map
+	n atomic.Int32 // labels stored, so that a full set is known without counting it
+}
 
 // maxLabels bounds the set, for a model that answers free text as labels.
 const maxLabels = 1024
@@ -72,12 +75,13 @@ func (s *labelSet) intern(l string) string {
 	if v, ok := s.m.Load(l); ok {
 		return v.(string)
 	}
-	n := 0
-	s.m.Range(func(any, any) bool { n++; return n < maxLabels })
-	if n >= maxLabels {
+	if s.n.Load() >= maxLabels {
 		return l
 	}
-	v, _ := s.m.LoadOrStore(l, l)
+	v, loaded := s.m.LoadOrStore(l, l)
+	if !loaded {
+		s.n.Add(1)
+	}
 	return v.(string)
 }
 
