@@ -280,7 +280,8 @@ func (p *Pipeline) acquire(j *Job) *resilience.Permit {
 		ctx = j.Ctx
 	}
 	var cancel context.CancelFunc = func() {}
-	if wait := p.admissionWait(); wait > 0 {
+	wait := p.admissionWait()
+	if wait > 0 {
 		ctx, cancel = context.WithDeadline(ctx, j.At.Add(wait))
 	} else if !j.Deadline.IsZero() {
 		ctx, cancel = context.WithDeadline(ctx, j.Deadline)
@@ -290,35 +291,32 @@ func (p *Pipeline) acquire(j *Job) *resilience.Permit {
 	if err == nil {
 		return permit
 	}
+	// How long the provider asked every call to wait (a 429's
+	// Retry-After): the pipeline's own slots, without a guard, never pause.
+	pause := p.slots.Paused()
 	switch {
 	case p.admitCtx.Err() != nil:
 		p.finishNotAttempted(j)
 	case j.Ctx != nil && j.Ctx.Err() != nil:
 		p.finish(j, results.Row{Outcome: outcome.NotAttempted, StartedMs: -1, Error: "not sent: the caller went away"})
-	case p.paused() > 0:
+	case pause > 0:
 		// No slot because the provider asked everyone to pause (a 429).
-		p.finish(j, results.Row{Outcome: outcome.UpstreamRateLimited, StartedMs: -1, RetryAfter: p.paused(),
+		p.finish(j, results.Row{Outcome: outcome.UpstreamRateLimited, StartedMs: -1, RetryAfter: pause,
 			Error: "not sent: the provider asked for a pause (HTTP 429 Retry-After)"})
 	default:
 		// About one call's time frees a slot: when to try again.
 		retry := max(time.Second, p.latency())
-		msg := p.capacityMessage()
+		msg := p.capacityMessage(wait)
 		p.turnedAway.Store(time.Now().UnixNano())
 		p.finish(j, results.Row{Outcome: outcome.LocalCapacity, StartedMs: -1, RetryAfter: retry, Error: msg})
 	}
 	return nil
 }
 
-// paused is how long the provider asked every call to wait (0: not).
-func (p *Pipeline) paused() time.Duration {
-	if p.guard == nil {
-		return 0
-	}
-	return p.guard.Cooldown()
-}
-
-func (p *Pipeline) capacityMessage() string {
-	if wait := p.admissionWait(); wait > 0 && wait < p.cfg.AdmissionWait {
+// capacityMessage says why a row got no slot within wait, the admission
+// wait it was given.
+func (p *Pipeline) capacityMessage(wait time.Duration) string {
+	if wait > 0 && wait < p.cfg.AdmissionWait {
 		return fmt.Sprintf("no free slot within %s: the slots are overloaded (rows turned away in the last %s)", wait, p.shedAfter())
 	}
 	if p.cfg.AdmissionWait > 0 {
