@@ -45,10 +45,11 @@ func TestMetricsMatchWhatWasSent(t *testing.T) {
 	expect(h.do(t.Context(), http.MethodGet, PathFeedback, "", nil), 405) // no outcome
 	// Both slots held, one more is turned away.
 	held := make(chan answer, 2)
+	calls := f.Calls() // counted, unlike InFlight, only once a call arrives: see TestOpenAPIMatchesTheHandlers
 	for i := range 2 {
 		go func() { held <- h.feedback(fmt.Sprint("h", i), fmt.Sprint("#held ", i)) }()
 	}
-	waitFor(t, "both slots held", func() bool { return f.InFlight() == 2 })
+	waitFor(t, "both slots held", func() bool { return f.Calls() == calls+2 })
 	m := h.metrics()
 	if v := h.value(m, "hfsent_slots_in_use"); v != 2 {
 		t.Fatalf("hfsent_slots_in_use %v while two calls are held", v)
