@@ -2,7 +2,6 @@ package cli
 
 import (
 	"log/slog"
-	"strings"
 
 	"github.com/hfsent/hfsent/internal/engine"
 	"github.com/hfsent/hfsent/internal/input"
@@ -62,7 +61,7 @@ func identity(o *classifyOptions, in inputInfo, src *input.Reader) resume.Identi
 	d, _ := src.Delimiter()
 	id := resume.Identity{Input: in.name, Provider: o.prov.provider, Model: o.prov.model,
 		IDColumn: o.in.idColumn, TextColumn: o.in.textColumn,
-		Delimiter: input.DelimiterName(d), Encoding: strings.TrimSuffix(src.Encoding(), " (BOM)"),
+		Delimiter: input.DelimiterName(d), Encoding: src.EncodingName(),
 		InputSize: in.size, InputSHA256: in.digest}
 	if o.prov.provider == "local" {
 		id.Model = provider.LocalModel

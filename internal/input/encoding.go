@@ -62,26 +62,26 @@ var (
 // how to read the rest: a BOM wins over the named encoding (a file that says
 // what it is is believed). dec is nil for UTF-8, which is read as it is, so
 // the common case costs nothing here; otherwise it decodes to UTF-8 (and
-// strips a UTF-16 BOM). used names what is read, for logs.
-func openEncoded(r io.Reader, e Encoding) (src io.Reader, dec transform.Transformer, used string, err error) {
+// strips a UTF-16 BOM). used names what is read; bom says a BOM chose it.
+func openEncoded(r io.Reader, e Encoding) (src io.Reader, dec transform.Transformer, used string, bom bool, err error) {
 	head := make([]byte, 3)
 	n, err := io.ReadFull(r, head)
 	switch err {
 	case nil, io.EOF, io.ErrUnexpectedEOF:
 	default:
-		return nil, nil, "", err
+		return nil, nil, "", false, err
 	}
 	head = head[:n]
 	src = io.MultiReader(bytes.NewReader(head), r)
 	switch {
 	case bytes.HasPrefix(head, []byte("\xEF\xBB\xBF")):
-		return io.MultiReader(bytes.NewReader(head[3:]), r), nil, "utf-8 (BOM)", nil
+		return io.MultiReader(bytes.NewReader(head[3:]), r), nil, "utf-8", true, nil
 	case bytes.HasPrefix(head, []byte("\xFF\xFE")):
-		return src, utf16LE.NewDecoder(), "utf-16le (BOM)", nil
+		return src, utf16LE.NewDecoder(), "utf-16le", true, nil
 	case bytes.HasPrefix(head, []byte("\xFE\xFF")):
-		return src, utf16BE.NewDecoder(), "utf-16be (BOM)", nil
+		return src, utf16BE.NewDecoder(), "utf-16be", true, nil
 	case e.enc == nil:
-		return src, nil, e.Name, nil
+		return src, nil, e.Name, false, nil
 	}
-	return src, e.enc.NewDecoder(), e.Name, nil
+	return src, e.enc.NewDecoder(), e.Name, false, nil
 }

@@ -89,6 +89,7 @@ type Reader struct {
 	delim     rune
 	sniffed   bool
 	encoding  string
+	bom       bool // a byte-order mark chose the encoding
 	idIdx     int
 	textIdx   int
 	clientIdx int
@@ -109,18 +110,18 @@ func NewReader(r io.Reader, opts Options) (*Reader, error) {
 		return nil, err
 	}
 	enc, _ := LookupEncoding(opts.Encoding)
-	src, dec, used, err := openEncoded(r, enc)
+	src, dec, used, bom, err := openEncoded(r, enc)
 	if err != nil {
 		return nil, &Error{Name: opts.Name, Msg: "cannot read: " + err.Error()}
 	}
-	p := &prep{name: opts.Name, encName: strings.TrimSuffix(used, " (BOM)"), decoded: dec != nil}
+	p := &prep{name: opts.Name, encName: used, decoded: dec != nil}
 	var t transform.Transformer = p
 	if dec != nil {
 		t = transform.Chain(dec, p)
 	}
 	br := bufio.NewReaderSize(transform.NewReader(src, t), 64<<10)
 
-	rd := &Reader{opts: opts, delim: opts.Delimiter, encoding: used, idIdx: -1, textIdx: -1, clientIdx: -1}
+	rd := &Reader{opts: opts, delim: opts.Delimiter, encoding: used, bom: bom, idIdx: -1, textIdx: -1, clientIdx: -1}
 	if rd.delim == 0 {
 		rd.delim, rd.sniffed = sniffDelimiter(peekHeader(br), opts.IDColumn, opts.TextColumn), true
 	}
@@ -154,8 +155,17 @@ func NewReader(r io.Reader, opts Options) (*Reader, error) {
 // Delimiter is the field delimiter in use, and whether it was sniffed.
 func (r *Reader) Delimiter() (d rune, sniffed bool) { return r.delim, r.sniffed }
 
-// Encoding is the encoding read: "utf-8", "utf-16le (BOM)", "windows-1252"...
-func (r *Reader) Encoding() string { return r.encoding }
+// Encoding is the encoding read, as a log shows it: "utf-8",
+// "utf-16le (BOM)" (a byte-order mark chose it), "windows-1252"...
+func (r *Reader) Encoding() string {
+	if r.bom {
+		return r.encoding + " (BOM)"
+	}
+	return r.encoding
+}
+
+// EncodingName is the encoding read, by its name alone: "utf-16le".
+func (r *Reader) EncodingName() string { return r.encoding }
 
 // Next returns the next row, io.EOF at the end, or an *Error for a record
 // that cannot be parsed or holds bytes not valid in the encoding (reading
