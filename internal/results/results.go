@@ -53,11 +53,14 @@ type Row struct {
 // Status is the HTTP status for the row's outcome.
 func (r Row) Status() int { return r.Outcome.Status() }
 
+// RoundScore is a score as results are written: four decimal places.
+func RoundScore(f float64) float64 { return math.Round(f*1e4) / 1e4 }
+
 func (r Row) record(dst []string, includeText, raw bool) []string {
 	dst = dst[:0]
 	score, started, latency := "", "", ""
 	if r.Label != "" {
-		score = strconv.FormatFloat(math.Round(r.Score*1e4)/1e4, 'f', -1, 64)
+		score = strconv.FormatFloat(RoundScore(r.Score), 'f', -1, 64)
 	}
 	if r.StartedMs >= 0 {
 		started = strconv.FormatInt(r.StartedMs, 10)

@@ -60,8 +60,6 @@ type itemResult struct {
 	RetryAfter *int     `json:"retry_after"`
 }
 
-// round4 is the score as the results CSV writes it.
-func round4(f float64) float64 { return math.Round(f*1e4) / 1e4 }
 
 // feedback answers POST /feedback-sentiment.
 func (s *Server) feedback(x *exchange) {
@@ -88,7 +86,7 @@ func (s *Server) feedback(x *exchange) {
 		return
 	}
 	x.code = string(res.Outcome)
-	x.json(http.StatusOK, feedbackResponse{RequestID: req.RequestID, Label: res.Label, Score: round4(res.Score), Model: res.Model})
+	x.json(http.StatusOK, feedbackResponse{RequestID: req.RequestID, Label: res.Label, Score: results.RoundScore(res.Score), Model: res.Model})
 }
 
 // classifyItems answers POST /v1/classify: one result per item, in order,
@@ -162,7 +160,7 @@ func (s *Server) classifyItems(x *exchange) {
 func (s *Server) item(id string, r results.Row) itemResult {
 	it := itemResult{RequestID: id, Status: r.Status(), Outcome: string(r.Outcome), Attempts: r.Attempts}
 	if r.Label != "" {
-		l, sc := r.Label, round4(r.Score)
+		l, sc := r.Label, results.RoundScore(r.Score)
 		it.Label, it.Score = &l, &sc
 	}
 	if r.Model != "" {
