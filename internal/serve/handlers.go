@@ -60,7 +60,6 @@ type itemResult struct {
 	RetryAfter *int     `json:"retry_after"`
 }
 
-
 // feedback answers POST /feedback-sentiment.
 func (s *Server) feedback(x *exchange) {
 	body, ok := s.readBody(x)
