@@ -519,7 +519,8 @@ func runExport(ctx context.Context, o *exportOptions, ios *IOStreams) error {
 		return err
 	}
 	defer db.Close()
-	if _, err := db.Batch(ctx, o.db.batch); err != nil {
+	b, err := db.Batch(ctx, o.db.batch)
+	if err != nil {
 		return queueError(err)
 	}
 	out := ios.Out
@@ -536,7 +537,7 @@ func runExport(ctx context.Context, o *exportOptions, ios *IOStreams) error {
 	if err != nil {
 		return &exitError{code: ExitRowsFailed, err: fmt.Errorf("writing %s: %w", exportName(o), err)}
 	}
-	st, err := db.Export(ctx, o.db.batch, w, o.includeText)
+	st, err := db.Export(ctx, b, w, o.includeText)
 	if err == nil && f != nil {
 		err = f.Close()
 	}

@@ -80,7 +80,11 @@ func exportRows(t *testing.T, db *DB, name string) []results.Row {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := db.Export(context.Background(), name, w, false); err != nil {
+	batch, err := db.Batch(context.Background(), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Export(context.Background(), batch, w, false); err != nil {
 		t.Fatal(err)
 	}
 	recs, err := csv.NewReader(strings.NewReader(b.String())).ReadAll()

@@ -148,23 +148,19 @@ type ExportStats struct {
 	OK         int64
 }
 
-// Export writes every row of the batch, in push order, to w: exactly the
-// results classify writes. A row not finished yet is written not_attempted,
-// its error saying where it is. Rows are streamed from one query, so memory
-// stays flat.
-func (db *DB) Export(ctx context.Context, name string, w *results.Writer, includeText bool) (ExportStats, error) {
+// Export writes every row of batch b (as db.Batch read it), in push order,
+// to w: exactly the results classify writes. A row not finished yet is
+// written not_attempted, its error saying where it is. Rows are streamed
+// from one query, so memory stays flat.
+func (db *DB) Export(ctx context.Context, b *Batch, w *results.Writer, includeText bool) (ExportStats, error) {
 	var st ExportStats
-	b, err := db.Batch(ctx, name)
-	if err != nil {
-		return st, err
-	}
 	text := "''"
 	if includeText {
 		text = "inp.text"
 	}
 	// One read-only transaction: the rows come from one snapshot, read
 	// with a cursor so that a million rows are not held in memory.
-	err = pgx.BeginTxFunc(ctx, db.Pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+	err := pgx.BeginTxFunc(ctx, db.Pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, `
 			select inp.request_id, i.state, coalesce(r.outcome, ''), coalesce(r.label, ''), coalesce(r.score, 0),
 			       coalesce(r.model, ''), coalesce(r.attempts, 0), coalesce(r.latency_ms, 0), coalesce(r.error, ''),
@@ -217,7 +213,7 @@ func (db *DB) Export(ctx context.Context, name string, w *results.Writer, includ
 		return st, we
 	}
 	if err != nil {
-		return st, fmt.Errorf("reading the results of batch %q: %s", name, summarise(err))
+		return st, fmt.Errorf("reading the results of batch %q: %s", b.Name, summarise(err))
 	}
 	return st, nil
 }
