@@ -87,11 +87,8 @@ func runCheck(ctx context.Context, o *checkOptions, ios *IOStreams) error {
 	if err := inRange("--connect-timeout", o.connectTimeout, minTimeout, maxConnectTimeout, ""); err != nil {
 		return err
 	}
-	if _, err := provider.EndpointURL(o.endpoint, "model"); err != nil {
-		return usageError(fmt.Errorf("--endpoint %w", err))
-	}
-	if _, err := provider.EndpointURL(o.endpoint, o.model); err != nil {
-		return usageError(fmt.Errorf("--model: %w", err))
+	if err := checkEndpoint(o.endpoint, o.model); err != nil {
+		return err
 	}
 	res := &checkResult{}
 	defer res.print(ios.Out)

@@ -79,6 +79,19 @@ func (o *providerOptions) ignoredFlags() []string {
 	return out
 }
 
+// checkEndpoint refuses an --endpoint or a --model that make no URL (hf
+// provider): the endpoint first, with a harmless model id, then the model
+// put in it, so that the message blames the flag that is wrong.
+func checkEndpoint(endpoint, model string) error {
+	if _, err := provider.EndpointURL(endpoint, "model"); err != nil {
+		return usageError(fmt.Errorf("--endpoint %w", err))
+	}
+	if _, err := provider.EndpointURL(endpoint, model); err != nil {
+		return usageError(fmt.Errorf("--model: %w", err))
+	}
+	return nil
+}
+
 // validate checks the flags before anything is opened or sent.
 func (o *providerOptions) validate() error {
 	switch o.provider {
@@ -111,13 +124,8 @@ func (o *providerOptions) validate() error {
 		return usageErrorf("--fallback-model must name another model (or local), got %q", o.fallbackModel)
 	}
 	if o.provider == "hf" {
-		// The endpoint first, with a harmless model id, then each model
-		// id put in it: the message blames the flag that is wrong.
-		if _, err := provider.EndpointURL(o.endpoint, "model"); err != nil {
-			return usageError(fmt.Errorf("--endpoint %w", err))
-		}
-		if _, err := provider.EndpointURL(o.endpoint, o.model); err != nil {
-			return usageError(fmt.Errorf("--model: %w", err))
+		if err := checkEndpoint(o.endpoint, o.model); err != nil {
+			return err
 		}
 		if fb := strings.TrimSpace(o.fallbackModel); fb != "" && fb != "local" {
 			if _, err := provider.EndpointURL(o.fallbackEndpoint(), fb); err != nil {
