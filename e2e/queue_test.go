@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -120,6 +121,39 @@ func countDone(t *testing.T, db, batch string) int {
 	if err := c.QueryRow(ctx, `select count(*) from hfsent.item i join hfsent.batch b on b.id = i.batch_id
 		where b.name = $1 and i.state = 'done'`, batch).Scan(&n); err != nil {
 		t.Fatal(err)
+	}
+	return n
+}
+
+// countReserved reads how many rows of the batch are reserved: pending
+// with a lease owner.
+func countReserved(t *testing.T, db, batch string) int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, err := pgx.Connect(ctx, db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(context.Background())
+	var n int
+	if err := c.QueryRow(ctx, `select count(*) from hfsent.item i join hfsent.batch b on b.id = i.batch_id
+		where b.name = $1 and i.state = 'pending' and i.lease_owner is not null`, batch).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// swapped sums the swapped= counts of the workers' summaries.
+func swapped(t *testing.T, ws []*worker) int {
+	t.Helper()
+	n := 0
+	for _, w := range ws {
+		m := regexp.MustCompile(`swapped=(\d+)`).FindStringSubmatch(w.stderr.String())
+		if m == nil {
+			t.Fatalf("no swapped= in the worker's summary:\n%s", w.stderr.String())
+		}
+		n += int(atoi(t, m[1]))
 	}
 	return n
 }
@@ -419,6 +453,77 @@ func TestQueueSharedCooldown(t *testing.T) {
 	}
 }
 
+// A batch of one client, where workers keep rows reserved and start one
+// the moment a call of theirs ends: three workers with -c 4 against a
+// global cap of 6 still never put more than 6 calls at once to the
+// provider (a swap takes the room of the row it replaces, in the
+// transaction that writes that row), and most rows ran that way.
+func TestQueueGlobalCapWithReservations(t *testing.T) {
+	db := pgtest.URL(t)
+	m, srv := newMeter(&fakehf.Fake{Latency: 20 * time.Millisecond, NoRecord: true})
+	defer srv.Close()
+	dir := t.TempDir()
+	rows := clientRows("one", 600)
+	in := queueCSV(t, dir, "in.csv", rows)
+	mustRun(t, qenv(db), "queue", "push", in, "--batch", "swap", "--global-cap", "6", "--no-progress")
+	var ws []*worker
+	for range 3 {
+		ws = append(ws, startWorker(t, db, "--batch", "swap", "--endpoint", srv.URL, "-c", "4", "--retries", "0", "--exit-when-done"))
+	}
+	for i, w := range ws {
+		if code := w.wait(t); code != 0 {
+			t.Fatalf("worker %d: exit %d\n%s", i, code, w.stderr.String())
+		}
+	}
+	if m.max > 6 {
+		t.Fatalf("the provider saw %d calls at once; the global cap is 6", m.max)
+	}
+	if m.max < 5 {
+		t.Fatalf("the provider saw at most %d calls at once: the cap of 6 was never approached, so not tested", m.max)
+	}
+	if n := swapped(t, ws); n < len(rows)/2 {
+		t.Fatalf("only %d of %d rows started in a finished row's place: the reservations were not tested", n, len(rows))
+	}
+	checkOnceEach(t, exportRows(t, db, "swap"), idsOf(rows))
+	if n := countReserved(t, db, "swap"); n != 0 {
+		t.Fatalf("%d rows still reserved after the batch is done", n)
+	}
+}
+
+// A worker waiting for its poll while another finishes the batch's last
+// rows is woken when the batch is done, and exits then, not a poll later.
+func TestQueueDoneWakesWaitingWorkers(t *testing.T) {
+	db := pgtest.URL(t)
+	fake := &fakehf.Fake{Latency: 500 * time.Millisecond}
+	srv := fakehf.Start(fake)
+	defer srv.Close()
+	dir := t.TempDir()
+	rows := clientRows("w", 8)
+	in := queueCSV(t, dir, "in.csv", rows)
+	mustRun(t, qenv(db), "queue", "push", in, "--batch", "wake", "--global-cap", "8", "--no-progress")
+	a := startWorker(t, db, "--batch", "wake", "--endpoint", srv.URL, "-c", "8", "--retries", "0", "--exit-when-done")
+	deadline := time.Now().Add(20 * time.Second)
+	for fake.InFlight() < 8 {
+		if time.Now().After(deadline) {
+			t.Fatalf("worker A never had the 8 rows in flight:\n%s", a.stderr.String())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	// B finds nothing to claim, rows still running: it waits for its poll
+	// (a minute).
+	start := time.Now()
+	b := startWorker(t, db, "--batch", "wake", "--endpoint", srv.URL, "-c", "1", "--poll", "1m", "--exit-when-done")
+	for _, w := range []*worker{a, b} {
+		if code := w.wait(t); code != 0 {
+			t.Fatalf("exit %d\n%s", code, w.stderr.String())
+		}
+	}
+	if took := time.Since(start); took > 20*time.Second {
+		t.Fatalf("worker B exited %v after the batch was done: it slept its poll out", took)
+	}
+	checkOnceEach(t, exportRows(t, db, "wake"), idsOf(rows))
+}
+
 // SIGINT: calls in flight finish and are written, rows claimed but not
 // started are given back (not failed), exit 130; another worker finishes
 // the batch and no row is sent twice.
@@ -435,6 +540,14 @@ func TestQueueInterruptGivesBack(t *testing.T) {
 	// rows a stop must give back.
 	a := startWorker(t, db, "--batch", "int", "--endpoint", srv.URL, "-c", "8", "--rps", "10", "--retries", "0")
 	waitDone(t, db, "int", 10)
+	// Rows reserved, not claimed, are given back too.
+	deadline := time.Now().Add(20 * time.Second)
+	for countReserved(t, db, "int") == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("worker A never reserved a row:\n%s", a.stderr.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	if err := a.cmd.Process.Signal(os.Interrupt); err != nil {
 		t.Fatal(err)
 	}
@@ -447,6 +560,9 @@ func TestQueueInterruptGivesBack(t *testing.T) {
 	st := mustRun(t, qenv(db), "queue", "status", "--batch", "int")
 	if !strings.Contains(st.stdout, " 0 running + 0 lease expired") {
 		t.Fatalf("rows still held after the interrupt:\n%s", st.stdout)
+	}
+	if n := countReserved(t, db, "int"); n != 0 {
+		t.Fatalf("%d rows still reserved by the interrupted worker", n)
 	}
 	b := startWorker(t, db, "--batch", "int", "--endpoint", srv.URL, "-c", "8", "--retries", "0", "--exit-when-done")
 	if code := b.wait(t); code != 0 {

@@ -207,8 +207,8 @@ func runWorker(ctx context.Context, o *workerOptions, ios *IOStreams, log *slog.
 	if st.Cycles > 0 {
 		cycleMs = float64(st.CycleTime.Microseconds()) / 1000 / float64(st.Cycles)
 	}
-	fmt.Fprintf(ios.ErrOut, "%s claimed=%d requeued=%d given_back=%d discarded=%d db_round_trips=%d round_trip_ms=%.1f\n", summaryLine(sum, counters.Snapshot(sum.Elapsed)),
-		st.Claimed, st.Retried, st.GivenBack, st.Discarded, st.Cycles, cycleMs)
+	fmt.Fprintf(ios.ErrOut, "%s claimed=%d swapped=%d requeued=%d given_back=%d discarded=%d db_round_trips=%d round_trip_ms=%.1f\n", summaryLine(sum, counters.Snapshot(sum.Elapsed)),
+		st.Claimed, st.Swapped, st.Retried, st.GivenBack, st.Discarded, st.Cycles, cycleMs)
 	switch {
 	case runErr != nil:
 		return &exitError{code: ExitRowsFailed, err: runErr}

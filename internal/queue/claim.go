@@ -14,6 +14,12 @@ type Claimed struct {
 	Attempt   int // claims so far, this one included: the fence
 	RequestID string
 	Text      string
+	// Reserved: the row is reserved for this worker, not running. It
+	// stays pending (it does not count against the caps) and the worker
+	// starts it only in the place of a row of its own that finished (see
+	// Completion.Promote) or once a claim promotes it; Attempt is the
+	// attempt it will run as.
+	Reserved bool
 }
 
 // Action says what a completion does to its row.
@@ -46,12 +52,26 @@ type Completion struct {
 	Error     string
 	WaitMs    int64 // from the claim to the first call; -1: never sent
 	TotalMs   int64 // from the claim to the result
+
+	// Promote is a reservation of this worker's that it started in this
+	// row's place when this row's call ended: the round trip makes it
+	// running, fenced on this row still running under this worker with
+	// its lease (so the swap takes exactly the room this row frees, in the
+	// transaction that frees it).
+	Promote *Claimed
 }
 
 // CycleIn is what one cycle writes and asks.
 type CycleIn struct {
 	Done []Completion
 	Want int // rows to claim at most
+	// Reserve asks for up to this many rows reserved, beside the claim
+	// (batches that reserve: see Session.Reserves). Promote lists the
+	// worker's reservations to run first, within the room Want claims.
+	Reserve int
+	Promote []int64
+	// Release gives back reservations the worker will not start.
+	Release []int64
 	// PauseFor and OpenFor report this worker's own 429 pause and open
 	// breaker, as durations from now (the database clock adds them).
 	PauseFor, OpenFor time.Duration
@@ -68,7 +88,10 @@ type CycleIn struct {
 
 // CycleOut is what one cycle did and saw.
 type CycleOut struct {
-	Claimed []Claimed
+	Claimed []Claimed // running (Reserved false) or reserved
+	// Promoted are the reservations the completions' Promote made
+	// running.
+	Promoted []int64
 	// Written are the completions the fence let through; the others were
 	// discarded (the row's lease had passed to another worker).
 	Written   int
@@ -98,6 +121,16 @@ func (db *DB) NewSession(b *Batch, owner string, lease time.Duration) *Session {
 
 // Lease is the lease length of this session's claims.
 func (s *Session) Lease() time.Duration { return s.lease }
+
+// Reserves reports whether the batch lets a worker reserve rows: a batch
+// of one client with no client cap and no rate (the claimOne batches). A
+// reserved row is started the moment one of the worker's calls ends, in
+// that call's place, so the provider's slot does not sit idle for the
+// database round trip that writes the result and claims the next row. A
+// client cap or a rate would need the swap to ask the batch first.
+func (s *Session) Reserves() bool {
+	return s.batch.ClientColumn == "" && s.batch.ClientCap == 0 && s.batch.GlobalRPS == 0
+}
 
 // lockBatch takes the batch row before anything of a cycle counts or reads
 // the batch (only the fenced results come before it), so claims of one
@@ -178,8 +211,10 @@ const claimLease = `claimed as (
 ),`
 
 const claimedRows = `
-select c.seq, c.attempt, inp.request_id, inp.text
-from claimed c join hfsent.input inp on inp.batch_id = $1 and inp.seq = c.seq
+select c.seq, c.attempt, c.reserved, inp.request_id, inp.text
+from (select seq, attempt, false as reserved from claimed
+      union all select seq, attempt, true from reserved) c
+join hfsent.input inp on inp.batch_id = $1 and inp.seq = c.seq
 order by c.seq`
 
 // claim is the second statement: in a snapshot taken after the batch row
@@ -265,7 +300,8 @@ bucket as (
 		started_at = coalesce(batch.started_at, t.now)
 	from b, t
 	where batch.id = $1 and exists (select 1 from claimed) and (b.global_rps is not null or b.started_at is null)
-)` + claimedRows
+),
+reserved as (select 0::bigint as seq, 0 as attempt where false)` + claimedRows
 
 // claimOne is claim for a batch of one client with no client cap and no
 // rate: the same counts, times and locks (the second statement, its
@@ -275,6 +311,16 @@ bucket as (
 // sixth less server CPU per row in bench/queue_vs_classify.sh). The probe
 // stays LATERAL: joined plainly, the generic plan scanned every pending row
 // and sorted them.
+//
+// These batches also reserve ($6 rows at most, see Session.Reserves): the
+// rows the probe finds past those it claims are leased to the worker but
+// stay pending, so they count against no cap; while the batch is held
+// (paused, breaker open) nothing is claimed or reserved. The room goes
+// first to the worker's own reservations ($7), so a worker never waits on
+// rows it holds. Other workers' reservations are passed over until their
+// lease ends. pending_from never passes a reserved row (the mark is the
+// first pending row not claimed), so a reservation given back or expired
+// is found again without lowering it.
 const claimOne = `
 with t as (select clock_timestamp() as now),
 b as (
@@ -282,20 +328,37 @@ b as (
 	       case when (batch.paused_until > t.now) or (not $5::bool and batch.breaker_open_until > t.now) then 0
 	            else greatest(0, least($2::int, batch.global_cap - (
 	                 select count(*) from hfsent.item i
-	                 where i.batch_id = $1 and i.state = 'running' and i.lease_until > t.now)::int)) end as r
+	                 where i.batch_id = $1 and i.state = 'running' and i.lease_until > t.now)::int)) end as r,
+	       case when (batch.paused_until > t.now) or (not $5::bool and batch.breaker_open_until > t.now) then 0
+	            else greatest(0, $6::int) end as k
 	from hfsent.batch, t where batch.id = $1
 ),
 c as (select client.client, client.pending_from from hfsent.client where client.batch_id = $1),
-pick as (
-	select p.seq from c cross join t cross join lateral (
+own as (
+	select i.seq from hfsent.item i
+	where i.batch_id = $1 and i.seq = any($7::bigint[]) and i.state <> 'running' and i.lease_owner = $3
+	order by i.seq
+	limit (select r from b)
+	for update skip locked
+),
+probe as (
+	select p.seq, row_number() over (order by p.seq) + (select count(*) from own) as n
+	from c cross join t cross join lateral (
 		select i.seq from hfsent.item i
 		where i.batch_id = $1 and i.client = c.client and i.state = 'pending' and i.available_at <= t.now
 		  and i.seq >= c.pending_from
+		  and (i.lease_owner is null or (i.lease_until <= t.now and i.lease_owner <> $3))
 		order by i.seq
-		limit (select r from b)
+		limit (select r + k from b)
 		for update skip locked
 	) p
 ),
+pick as (
+	select seq from own
+	union all
+	select seq from probe where n <= (select r from b)
+),
+res as (select seq from probe where n > (select r from b) and n <= (select r + k from b)),
 mark as (
 	select c.client, c.pending_from,
 	       coalesce((select i.seq from hfsent.item i
@@ -311,11 +374,53 @@ served as (
 	where client.batch_id = $1 and client.client = mark.client and mark.next >= mark.pending_from + 64
 ),
 ` + claimLease + `
+reserved as (
+	update hfsent.item i set lease_owner = $3, lease_until = t.now + $4 * interval '1 millisecond'
+	from res, t
+	where i.batch_id = $1 and i.seq = res.seq
+	returning i.seq, i.attempt + 1 as attempt
+),
 bucket as (
 	update hfsent.batch set started_at = t.now
 	from b, t
 	where batch.id = $1 and b.started_at is null and exists (select 1 from claimed)
 )` + claimedRows
+
+// promote makes running the reservations workers started in the place of
+// rows of theirs that finished: each only while that row is still running
+// under this worker and its attempt, with its lease unexpired (so it is
+// counted in the room; locked, so a rescue passes over it), and the
+// reservation still this worker's. The results, in a later statement of
+// the same transaction, free those rows: the swap commits at once.
+const promote = `
+with p as (
+	select * from unnest($2::bigint[], $3::int[], $4::bigint[], $5::int[]) as p(x, xa, y, ya)
+),
+t as (select clock_timestamp() as now),
+x as (
+	select i.seq, i.attempt from hfsent.item i, t
+	where i.batch_id = $1 and i.seq = any($2::bigint[]) and i.state = 'running' and i.lease_owner = $6
+	  and i.lease_until > t.now
+	for update of i
+)
+update hfsent.item i set state = 'running', attempt = i.attempt + 1,
+	lease_until = t.now + $7 * interval '1 millisecond', claimed_at = t.now
+from p, t, x
+where x.seq = p.x and x.attempt = p.xa
+  and i.batch_id = $1 and i.seq = any($4::bigint[]) and i.seq = p.y and ` + reservedBy6 + ` and i.attempt + 1 = p.ya
+returning i.seq`
+
+// reservedBy6 is "row i is a reservation of $6's": pending and leased. It
+// says "not running" rather than "pending" (a row done has no lease owner)
+// because "pending" leads the planner, while the table has no statistics
+// yet (right after a push), to walk the whole pending index instead of
+// looking the rows up by their keys.
+const reservedBy6 = `i.state <> 'running' and i.lease_owner = $6`
+
+// release gives back reservations: pending rows leased to this worker.
+const release = `
+update hfsent.item i set lease_owner = null, lease_until = null
+where i.batch_id = $1 and i.seq = any($2::bigint[]) and i.state <> 'running' and i.lease_owner = $3`
 
 // lowerMarks runs, holding the batch row, in every transaction that makes
 // rows pending again ($2: their seqs, its own writes; rows that are not
@@ -330,29 +435,39 @@ from (select i.client, min(i.seq) as seq from hfsent.item i
 where c.batch_id = $1 and c.client = m.client and m.seq < c.pending_from`
 
 // reconcile gives back the rows leased to $2 that it does not hold ($3),
-// lowering their clients' pending_from (it runs holding the batch row).
+// lowering their clients' pending_from (it runs holding the batch row),
+// and its reservations it does not hold (pending_from never passed them).
+// Those are found by a walk of the batch's pending rows: this runs only
+// after a round trip failed.
 const reconcile = `
 with g as (
 	update hfsent.item set state = 'pending', attempt = attempt - 1, lease_owner = null, lease_until = null
 	where batch_id = $1 and state = 'running' and lease_owner = $2 and seq <> all($3::bigint[])
 	returning client, seq
+),
+rel as (
+	update hfsent.item set lease_owner = null, lease_until = null
+	where batch_id = $1 and state = 'pending' and lease_owner = $2 and seq <> all($3::bigint[])
 )
 update hfsent.client c set pending_from = m.seq
 from (select client, min(seq) as seq from g group by client) m
 where c.batch_id = $1 and c.client = m.client and m.seq < c.pending_from`
 
 // remaining says whether rows are still pending or running, and marks the
-// batch finished when none are.
+// batch finished when none are, waking the workers waiting for a poll, so
+// that --exit-when-done ends them all at once, not a poll later.
 const remaining = `
 with r as (
 	select exists (select 1 from hfsent.item where batch_id = $1 and state = 'pending')
 	    or exists (select 1 from hfsent.item where batch_id = $1 and state = 'running') as anyleft
 ),
 f as (
-	update hfsent.batch set finished_at = coalesce(finished_at, clock_timestamp())
-	where id = $1 and not (select anyleft from r)
-)
-select anyleft from r`
+	update hfsent.batch set finished_at = clock_timestamp()
+	where id = $1 and finished_at is null and not (select anyleft from r)
+	returning id
+),
+n as (select pg_notify($2, 'done') from f)
+select anyleft from r, (select count(*) from n) nn`
 
 // Cycle runs one round trip (a pipeline of statements in one transaction):
 // write this worker's results; lock the batch row; report this worker's
@@ -375,6 +490,22 @@ func (s *Session) Cycle(ctx context.Context, in CycleIn) (CycleOut, error) {
 	// the row is redone, never lost.
 	batch.Queue("begin")
 	batch.Queue("set local synchronous_commit to off")
+	if len(in.Release) > 0 {
+		batch.Queue(release, s.batch.ID, in.Release, s.owner)
+	}
+	// Swaps before the results that make them: the row a reservation took
+	// the place of must still be running.
+	var px, py []int64
+	var pxa, pya []int32
+	for _, c := range in.Done {
+		if c.Promote != nil {
+			px, pxa = append(px, c.Seq), append(pxa, int32(c.Attempt))
+			py, pya = append(py, c.Promote.Seq), append(pya, int32(c.Promote.Attempt))
+		}
+	}
+	if len(px) > 0 {
+		batch.Queue(promote, s.batch.ID, px, pxa, py, pya, s.owner, s.lease.Milliseconds())
+	}
 	// The results first, before the batch row is locked: they hold only
 	// their own rows, fenced one by one, and a row written frees its place
 	// for the claim below.
@@ -397,15 +528,16 @@ func (s *Session) Cycle(ctx context.Context, in CycleIn) (CycleOut, error) {
 	if in.PauseFor > 0 || in.OpenFor > 0 {
 		batch.Queue(reportBackpressure, s.batch.ID, ceilMs(in.PauseFor), ceilMs(in.OpenFor), channel(s.batch.ID))
 	}
-	if in.Want > 0 {
-		q := claim
-		if s.batch.ClientColumn == "" && s.batch.ClientCap == 0 && s.batch.GlobalRPS == 0 {
-			q = claimOne
+	asked := in.Want > 0 || (in.Reserve > 0 && s.Reserves())
+	if asked {
+		if s.Reserves() {
+			batch.Queue(claimOne, s.batch.ID, in.Want, s.owner, s.lease.Milliseconds(), in.Fallback, in.Reserve, in.Promote)
+		} else {
+			batch.Queue(claim, s.batch.ID, in.Want, s.owner, s.lease.Milliseconds(), in.Fallback)
 		}
-		batch.Queue(q, s.batch.ID, in.Want, s.owner, s.lease.Milliseconds(), in.Fallback)
 	}
 	if in.AskRemaining {
-		batch.Queue(remaining, s.batch.ID)
+		batch.Queue(remaining, s.batch.ID, channel(s.batch.ID))
 	}
 	batch.Queue("commit")
 	br := s.db.Pool.SendBatch(ctx, batch)
@@ -413,6 +545,29 @@ func (s *Session) Cycle(ctx context.Context, in CycleIn) (CycleOut, error) {
 
 	for range 2 {
 		if _, err := br.Exec(); err != nil {
+			return out, err
+		}
+	}
+	if len(in.Release) > 0 {
+		if _, err := br.Exec(); err != nil {
+			return out, err
+		}
+	}
+	if len(px) > 0 {
+		rows, err := br.Query()
+		if err != nil {
+			return out, err
+		}
+		for rows.Next() {
+			var seq int64
+			if err := rows.Scan(&seq); err != nil {
+				rows.Close()
+				return out, err
+			}
+			out.Promoted = append(out.Promoted, seq)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
 			return out, err
 		}
 	}
@@ -461,14 +616,14 @@ func (s *Session) Cycle(ctx context.Context, in CycleIn) (CycleOut, error) {
 			return out, err
 		}
 	}
-	if in.Want > 0 {
+	if asked {
 		rows, err := br.Query()
 		if err != nil {
 			return out, err
 		}
 		for rows.Next() {
 			var c Claimed
-			if err := rows.Scan(&c.Seq, &c.Attempt, &c.RequestID, &c.Text); err != nil {
+			if err := rows.Scan(&c.Seq, &c.Attempt, &c.Reserved, &c.RequestID, &c.Text); err != nil {
 				rows.Close()
 				return out, err
 			}
@@ -523,8 +678,9 @@ func completionArgs(batchID int64, owner string, done []Completion) []any {
 	return []any{batchID, seq, attempt, action, oc, label, score, model, attempts, lat, errs, wait, total, delay, owner}
 }
 
-// Heartbeat renews the leases of the rows this worker holds (held: a claim
-// whose answer was lost is not renewed, so it expires and is redone),
+// Heartbeat renews the leases of the rows this worker holds, running or
+// reserved (held: a claim whose answer was lost is not renewed, so it
+// expires and is redone),
 // records that the worker is alive,
 // and rescues rows whose lease expired under any worker: back to pending
 // after a backoff, or, once their attempts are used up, done with their
@@ -537,7 +693,7 @@ func (s *Session) Heartbeat(ctx context.Context, host string, pid int, held []in
 	// lowerMarks), takes no row lock before it.
 	b.Queue("begin")
 	b.Queue(`update hfsent.item set lease_until = clock_timestamp() + $3 * interval '1 millisecond'
-		where batch_id = $1 and seq = any($4::bigint[]) and state = 'running' and lease_owner = $2`, s.batch.ID, s.owner, s.lease.Milliseconds(), held)
+		where batch_id = $1 and seq = any($4::bigint[]) and state in ('running', 'pending') and lease_owner = $2`, s.batch.ID, s.owner, s.lease.Milliseconds(), held)
 	b.Queue("commit")
 	b.Queue("begin")
 	b.Queue(lockBatch, s.batch.ID)

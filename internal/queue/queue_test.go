@@ -646,3 +646,136 @@ func TestOpenErrorsHideThePassword(t *testing.T) {
 		}
 	}
 }
+
+// Reservations (batches of one client without client cap or rate): a
+// reserved row stays pending and counts against no cap, other workers pass
+// over it while its lease holds, and it runs only in the place of a row of
+// its worker's that is still running (in the transaction that writes that
+// row), or by a claim, which runs the worker's own reservations first.
+func TestReservations(t *testing.T) {
+	db := openDB(t)
+	ctx := context.Background()
+	b := push(t, db, spec("res"), "d", gen("r", 10, "")).Batch // global cap 4
+	a := db.NewSession(b, "a", 0)
+	other := db.NewSession(b, "b", 0)
+	if !a.Reserves() {
+		t.Fatal("a batch of one client with no client cap or rate does not reserve")
+	}
+	running := func() int {
+		t.Helper()
+		var n int
+		if err := db.Pool.QueryRow(ctx, "select count(*) from hfsent.item where batch_id = $1 and state = 'running'", b.ID).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	split := func(cs []Claimed) (run, res []Claimed) {
+		for _, c := range cs {
+			if c.Reserved {
+				res = append(res, c)
+			} else {
+				run = append(run, c)
+			}
+		}
+		return run, res
+	}
+
+	out, err := a.Cycle(ctx, CycleIn{Want: 2, Reserve: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	aRun, aRes := split(out.Claimed)
+	if len(aRun) != 2 || len(aRes) != 3 || running() != 2 {
+		t.Fatalf("claimed %+v; %d running, want 2 running and 3 reserved", out.Claimed, running())
+	}
+	if aRes[0].Attempt != 1 {
+		t.Fatalf("a reservation's attempt is %d, want 1 (the attempt it will run as)", aRes[0].Attempt)
+	}
+	// The reservations count against no cap, and another worker passes
+	// over them.
+	out, err = other.Cycle(ctx, CycleIn{Want: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bRun, _ := split(out.Claimed)
+	if len(bRun) != 2 || running() != 4 {
+		t.Fatalf("the other worker claimed %+v with %d running; want 2 (the room the cap leaves)", out.Claimed, running())
+	}
+	for _, c := range bRun {
+		for _, r := range aRes {
+			if c.Seq == r.Seq {
+				t.Fatalf("the other worker claimed row %d, reserved by the first", c.Seq)
+			}
+		}
+	}
+
+	// A swap in the place of a row that is not this worker's running row
+	// (the other worker's) does nothing.
+	stray := succeed(aRun[:1], "x")[0]
+	stray.Seq, stray.Attempt, stray.Promote = bRun[0].Seq, bRun[0].Attempt, &aRes[0]
+	out, err = a.Cycle(ctx, CycleIn{Done: []Completion{stray}})
+	if err != nil || len(out.Promoted) != 0 || out.Written != 0 || running() != 4 {
+		t.Fatalf("a swap for another worker's row: %+v, %v; %d running", out, err, running())
+	}
+	// A swap in the place of its own row: the row is written and the
+	// reservation runs, in one commit; the count stays at the cap.
+	done := succeed(aRun[:1], "a")
+	done[0].Promote = &aRes[0]
+	out, err = a.Cycle(ctx, CycleIn{Done: done})
+	if err != nil || len(out.Promoted) != 1 || out.Promoted[0] != aRes[0].Seq || out.Written != 1 || running() != 4 {
+		t.Fatalf("a swap: %+v, %v; %d running", out, err, running())
+	}
+	// Its result is fenced on the attempt it ran as.
+	if out, err := a.Cycle(ctx, CycleIn{Done: succeed(aRes[:1], "a")}); err != nil || out.Written != 1 {
+		t.Fatalf("the swapped row's result: %+v, %v", out, err)
+	}
+
+	// A claim runs the worker's own reservations first, within the room.
+	out, err = a.Cycle(ctx, CycleIn{Want: 1, Promote: []int64{aRes[2].Seq}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if run, _ := split(out.Claimed); len(run) != 1 || run[0].Seq != aRes[2].Seq || run[0].Attempt != 1 || running() != 4 {
+		t.Fatalf("claimed %+v with %d running; want reservation %d running as attempt 1", out.Claimed, running(), aRes[2].Seq)
+	}
+
+	// The heartbeat renews a reservation's lease; given back, another
+	// worker can claim it.
+	if renewed, _, _, err := a.Heartbeat(ctx, "h", 1, []int64{aRes[1].Seq}); err != nil || renewed != 1 {
+		t.Fatalf("heartbeat renewed %d, %v; want the reservation", renewed, err)
+	}
+	if _, err := a.Cycle(ctx, CycleIn{Release: []int64{aRes[1].Seq}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.Cycle(ctx, CycleIn{Done: succeed(bRun, "b")}); err != nil {
+		t.Fatal(err)
+	}
+	out, err = other.Cycle(ctx, CycleIn{Want: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if run, _ := split(out.Claimed); len(run) != 1 || run[0].Seq != aRes[1].Seq {
+		t.Fatalf("after the give-back the other worker claimed %+v; want row %d", out.Claimed, aRes[1].Seq)
+	}
+}
+
+// A reservation whose lease ran out (its worker stopped) is claimed by
+// another worker, with no rescue.
+func TestReservationExpires(t *testing.T) {
+	db := openDB(t)
+	ctx := context.Background()
+	b := push(t, db, spec("resx"), "d", gen("r", 3, "")).Batch
+	a := db.NewSession(b, "a", 50*time.Millisecond)
+	out, err := a.Cycle(ctx, CycleIn{Reserve: 3})
+	if err != nil || len(out.Claimed) != 3 || !out.Claimed[0].Reserved {
+		t.Fatalf("reserved %+v, %v", out.Claimed, err)
+	}
+	other := db.NewSession(b, "b", 0)
+	if out, err := other.Cycle(ctx, CycleIn{Want: 3}); err != nil || len(out.Claimed) != 0 {
+		t.Fatalf("claimed %+v, %v while the reservations hold", out.Claimed, err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if out, err := other.Cycle(ctx, CycleIn{Want: 3}); err != nil || len(out.Claimed) != 3 || out.Claimed[0].Attempt != 1 {
+		t.Fatalf("claimed %+v, %v after the reservations' lease; want all 3, attempt 1", out.Claimed, err)
+	}
+}

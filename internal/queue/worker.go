@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -45,6 +46,7 @@ type WorkerConfig struct {
 // WorkerStats is what a worker did.
 type WorkerStats struct {
 	Claimed   int64 // claims made (a row claimed twice counts twice)
+	Swapped   int64 // of them, reservations started in a finished row's place
 	Finished  int64 // rows this worker finished (done)
 	OK        int64 // of them success or fallback
 	Retried   int64 // rows put back for a later attempt after a failure
@@ -66,10 +68,13 @@ type Worker struct {
 	// the local clock; reported as durations, so the clocks need not agree).
 	pauseUntil, openUntil atomic.Int64
 	wake                  chan struct{}
+	// renewed is when the last heartbeat that renewed the leases was sent
+	// (unix nanos, local clock).
+	renewed atomic.Int64
 
 	mu    sync.Mutex
 	stats WorkerStats
-	held  map[int64]struct{} // seqs claimed and not yet written, for the heartbeat
+	held  map[int64]struct{} // seqs claimed or reserved and not yet written, for the heartbeat
 }
 
 // NewWorker prepares a worker on session s.
@@ -138,9 +143,10 @@ const maxCycles = 1
 
 // cycleDone is a round trip that came back.
 type cycleDone struct {
-	in  CycleIn
-	out CycleOut
-	err error
+	in   CycleIn
+	out  CycleOut
+	err  error
+	took time.Duration
 }
 
 // Run claims rows, feeds them through p (whose classifier is g, or nil when
@@ -160,7 +166,7 @@ func (w *Worker) Run(ctx context.Context, p *engine.Pipeline, g *resilience.Guar
 	defer hb.Wait()
 	defer stopHB()
 
-	done := make(chan finished, w.cfg.Capacity)
+	done := make(chan finished, 2*w.cfg.Capacity)
 	cycles := make(chan cycleDone, maxCycles)
 	var (
 		held         int // rows claimed and not yet written
@@ -175,7 +181,60 @@ func (w *Worker) Run(ctx context.Context, p *engine.Pipeline, g *resilience.Guar
 		emptyWait    bool      // the last claim found nothing: wait to poll
 		reconcile    bool      // a claim's answer was lost: give back what it took
 		fatal        error
+
+		// Reservations (batches that reserve, see Session.Reserves): rows
+		// leased to this worker but still pending, started the moment a
+		// call of its own ends, in that call's place.
+		reserve     []Claimed
+		promoting   []Claimed          // reservations a claim on its way runs first
+		release     []int64            // reservations to give back
+		inflightRes int                // rows the round trips on their way may reserve
+		unconfirmed = map[int64]bool{} // started in a row's place; the swap not yet committed
+		sharedHold  time.Time          // the batch's pause or open breaker, as last seen
+		speed       pace
 	)
+	// swapOK says whether a reservation may start in the place of a row
+	// that finished: not while the batch or this worker holds back calls
+	// (a claim would get nothing then either).
+	// Nor when the leases were last renewed half a lease ago or more (the
+	// process stalled, or the database is out of reach): the reservations
+	// may have passed to another worker.
+	w.renewed.Store(time.Now().UnixNano())
+	swapOK := func() bool {
+		if stopped || fatal != nil || time.Now().Before(sharedHold) ||
+			time.Since(time.Unix(0, w.renewed.Load())) >= w.s.lease/2 {
+			return false
+		}
+		pause, open := w.peekBackpressure()
+		return pause == 0 && (open == 0 || w.cfg.Fallback)
+	}
+	submit := func(cl Claimed, now time.Time) {
+		held++
+		p.Submit(&engine.Job{Row: input.Row{Seq: cl.Seq, ID: cl.RequestID, Text: cl.Text}, At: now,
+			Done: func(res results.Row) { done <- finished{cl, res} }})
+	}
+	// finish turns a finished row into its completion and, when it ran
+	// under a committed claim, starts a reservation in its place.
+	finish := func(f finished) {
+		c := w.completion(f)
+		if c.WaitMs >= 0 {
+			ewma(&speed.rowMs, float64(c.TotalMs))
+		}
+		swappedIn := unconfirmed[f.c.Seq]
+		delete(unconfirmed, f.c.Seq)
+		if !swappedIn && c.Action != GiveBack && len(reserve) > 0 && swapOK() {
+			y := reserve[0]
+			reserve = reserve[1:]
+			c.Promote = &y
+			unconfirmed[y.Seq] = true
+			w.mu.Lock()
+			w.stats.Claimed++
+			w.stats.Swapped++
+			w.mu.Unlock()
+			submit(y, time.Now())
+		}
+		pending = append(pending, c)
+	}
 	stop := func(reason engine.StopReason) {
 		if !stopped {
 			stopped, stopAt = true, time.Now()
@@ -186,6 +245,7 @@ func (w *Worker) Run(ctx context.Context, p *engine.Pipeline, g *resilience.Guar
 		inflight++
 		inflightDone += len(in.Done)
 		inflightWant += in.Want
+		inflightRes += in.Reserve
 		go func() {
 			t0 := time.Now()
 			out, err := w.s.Cycle(bg, in)
@@ -193,20 +253,27 @@ func (w *Worker) Run(ctx context.Context, p *engine.Pipeline, g *resilience.Guar
 			w.stats.Cycles++
 			w.stats.CycleTime += time.Since(t0)
 			w.mu.Unlock()
-			cycles <- cycleDone{in, out, err}
+			cycles <- cycleDone{in, out, err, time.Since(t0)}
 		}()
 	}
 	landed := func(c cycleDone) {
 		inflight--
 		inflightDone -= len(c.in.Done)
 		inflightWant -= c.in.Want
+		inflightRes -= c.in.Reserve
+		// Reservations the claim was to run first and did not: still held
+		// as reservations.
+		back := promoting
+		promoting = nil
+		defer func() { reserve = append(back, reserve...) }()
 		if c.err != nil {
 			// Kept, to be sent again: the results are committed with the
 			// claim or not at all (a commit whose answer was lost is
 			// recognised when they come again).
 			pending = append(c.in.Done, pending...)
+			release = append(c.in.Release, release...)
 			w.requeueBackpressure(c.in.PauseFor, c.in.OpenFor)
-			if c.in.Want > 0 || c.in.Reconcile {
+			if c.in.Want > 0 || c.in.Reserve > 0 || c.in.Reconcile {
 				// The claim may have been committed with its answer lost.
 				reconcile = true
 			}
@@ -224,36 +291,60 @@ func (w *Worker) Run(ctx context.Context, p *engine.Pipeline, g *resilience.Guar
 		if c.in.Reconcile {
 			reconcile = false
 		}
+		ewma(&speed.tripMs, float64(c.took)/float64(time.Millisecond))
 		if failStreak > 0 {
 			w.log.Info("database reachable again")
 			failStreak = 0
 		}
 		w.account(c.in.Done, c.out)
 		held -= len(c.in.Done)
+		for _, seq := range c.out.Promoted {
+			delete(unconfirmed, seq)
+		}
+		now := time.Now()
+		sharedHold = time.Time{}
+		if hold := c.out.Paused; hold > 0 || (c.out.Open > 0 && !w.cfg.Fallback) {
+			sharedHold = now.Add(max(hold, c.out.Open))
+		}
 		if g != nil {
 			if c.out.Paused > 0 {
-				g.PauseUntil(time.Now().Add(c.out.Paused))
+				g.PauseUntil(now.Add(c.out.Paused))
 			}
 			if c.out.Open > 0 {
-				g.OpenUntil(time.Now().Add(c.out.Open))
+				g.OpenUntil(now.Add(c.out.Open))
 			}
 		}
-		if len(c.out.Claimed) > 0 {
+		w.mu.Lock()
+		for _, seq := range c.in.Release {
+			delete(w.held, seq)
+		}
+		running := 0
+		for _, cl := range c.out.Claimed {
+			w.held[cl.Seq] = struct{}{}
+			if !cl.Reserved {
+				running++
+			}
+		}
+		w.stats.Claimed += int64(running)
+		w.mu.Unlock()
+		for _, cl := range c.out.Claimed {
+			if cl.Reserved {
+				reserve = append(reserve, cl)
+				continue
+			}
+			for i, b := range back {
+				if b.Seq == cl.Seq {
+					back = append(back[:i], back[i+1:]...)
+					break
+				}
+			}
+			submit(cl, now)
+		}
+		switch {
+		case len(c.out.Claimed) > 0 && (c.in.Want == 0 || running > 0):
 			emptyWait = false
-			now := time.Now()
-			w.mu.Lock()
-			w.stats.Claimed += int64(len(c.out.Claimed))
-			for _, cl := range c.out.Claimed {
-				w.held[cl.Seq] = struct{}{}
-			}
-			w.mu.Unlock()
-			for _, cl := range c.out.Claimed {
-				held++
-				p.Submit(&engine.Job{Row: input.Row{Seq: cl.Seq, ID: cl.RequestID, Text: cl.Text}, At: now,
-					Done: func(res results.Row) { done <- finished{cl, res} }})
-			}
-		} else if c.in.Want > 0 {
-			if c.in.AskRemaining && !c.out.Remaining {
+		case c.in.Want > 0 || c.in.Reserve > 0:
+			if len(c.out.Claimed) == 0 && c.in.AskRemaining && !c.out.Remaining {
 				w.log.Info("the batch has nothing pending or running: done")
 				// Stopping for no reason: nothing is held, nothing is cut.
 				stop(engine.StopNone)
@@ -270,6 +361,12 @@ func (w *Worker) Run(ctx context.Context, p *engine.Pipeline, g *resilience.Guar
 		if !stopped && p.StopReason() != engine.StopNone {
 			stopped, stopAt = true, time.Now()
 		}
+		if stopped && len(reserve) > 0 {
+			for _, r := range reserve {
+				release = append(release, r.Seq)
+			}
+			reserve = nil
+		}
 		if fatal != nil && inflight == 0 {
 			return fatal
 		}
@@ -283,29 +380,41 @@ func (w *Worker) Run(ctx context.Context, p *engine.Pipeline, g *resilience.Guar
 
 		// Rows not yet committed as written, nor on their way to be.
 		open := held - len(pending) - inflightDone
-		want := 0
+		want, more := 0, 0
 		if !stopped && fatal == nil {
 			want = max(0, w.cfg.Capacity-open-inflightWant)
+			more = max(0, w.reserveTarget(speed)-len(reserve)-inflightRes)
 		}
 		pauseFor, openFor := w.peekBackpressure()
-		if stopped && held == 0 && inflight == 0 && len(pending) == 0 && pauseFor == 0 && openFor == 0 {
+		if stopped && held == 0 && inflight == 0 && len(pending) == 0 && len(release) == 0 && pauseFor == 0 && openFor == 0 {
 			return nil
 		}
 		claimOnly := want > 0 && !emptyWait && inflightWant == 0
+		refill := more > 0 && !emptyWait && inflightRes == 0
 		if inflight < maxCycles && !time.Now().Before(nextTry) && fatal == nil &&
-			(len(pending) > 0 || pauseFor > 0 || openFor > 0 || claimOnly) {
+			(len(pending) > 0 || len(release) > 0 || pauseFor > 0 || openFor > 0 || claimOnly || refill) {
 			pauseFor, openFor = w.backpressure()
 			askRemaining := w.cfg.ExitWhenDone && want > 0 && inflight == 0 && open == 0
 			if len(pending) == 0 && !claimOnly {
 				want = 0
 			}
-			in := CycleIn{Done: pending, Want: want, PauseFor: pauseFor, OpenFor: openFor,
+			if len(pending) == 0 && !refill {
+				more = 0
+			}
+			in := CycleIn{Done: pending, Want: want, Reserve: more, Release: release, PauseFor: pauseFor, OpenFor: openFor,
 				Fallback: w.cfg.Fallback, AskRemaining: askRemaining}
+			if n := min(want, len(reserve)); n > 0 {
+				promoting = append([]Claimed(nil), reserve[:n]...)
+				reserve = reserve[n:]
+				for _, r := range promoting {
+					in.Promote = append(in.Promote, r.Seq)
+				}
+			}
 			if reconcile && inflight == 0 {
 				in.Reconcile, in.Held = true, w.heldSeqs()
 			}
 			launch(in)
-			pending = nil
+			pending, release = nil, nil
 			continue
 		}
 
@@ -326,7 +435,7 @@ func (w *Worker) Run(ctx context.Context, p *engine.Pipeline, g *resilience.Guar
 		}
 		select {
 		case f := <-done:
-			pending = append(pending, w.completion(f))
+			finish(f)
 		case c := <-cycles:
 			landed(c)
 		case <-w.wake:
@@ -344,7 +453,7 @@ func (w *Worker) Run(ctx context.Context, p *engine.Pipeline, g *resilience.Guar
 		for {
 			select {
 			case f := <-done:
-				pending = append(pending, w.completion(f))
+				finish(f)
 			case c := <-cycles:
 				landed(c)
 			default:
@@ -352,6 +461,35 @@ func (w *Worker) Run(ctx context.Context, p *engine.Pipeline, g *resilience.Guar
 			}
 		}
 	}
+}
+
+// pace follows how long a row takes (claim to result) and a round trip
+// takes, to size the reserve.
+type pace struct{ rowMs, tripMs float64 }
+
+func ewma(avg *float64, ms float64) {
+	if *avg == 0 {
+		*avg = ms
+		return
+	}
+	*avg += (ms - *avg) / 8
+}
+
+// reserveTarget is how many rows the worker keeps reserved (0 where the
+// batch does not reserve): as many as its calls end in four round trips
+// (a refill asked for may wait for the round trip on its way), at least
+// one, at most its capacity. With calls much slower than the database
+// that is one row, so the tail of a batch is not left reserved by a
+// worker whose slots are busy while another's are free.
+func (w *Worker) reserveTarget(p pace) int {
+	if !w.s.Reserves() {
+		return 0
+	}
+	if p.rowMs <= 0 || p.tripMs <= 0 {
+		return 1
+	}
+	n := math.Ceil(4*float64(w.cfg.Capacity)*p.tripMs/p.rowMs) + 1
+	return int(min(max(n, 1), float64(w.cfg.Capacity)))
 }
 
 // peekBackpressure reports whether this process has backpressure to
@@ -465,7 +603,11 @@ func (w *Worker) heartbeat(ctx context.Context) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
+		sent := time.Now()
 		renewed, rescued, exhausted, err := w.s.Heartbeat(ctx, w.cfg.Host, w.cfg.PID, w.heldSeqs())
+		if err == nil {
+			w.renewed.Store(sent.UnixNano())
+		}
 		switch {
 		case err != nil && ctx.Err() == nil:
 			w.log.Warn("heartbeat failed; retrying", "err", summarise(err))
