@@ -360,8 +360,8 @@ func newQueueStatusCmd(ios *IOStreams, g *globalOptions) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "status",
 		Short: "Show a batch: counts by state and outcome, rows running against the caps, workers, rate, ETA",
-		Long: `status prints the batch's rows by state (pending, running, done) and the done
-ones by outcome, the rows running against the global cap and, per client,
+		Long: `status prints the batch's rows by state (pending, with those a worker holds
+reserved; running; done) and the done ones by outcome, the rows running against the global cap and, per client,
 against the client cap, the workers seen in the last minute, the rate over
 the last minute and an ETA at that rate, and any shared pause or open
 breaker. Every count comes from one snapshot, so they add up.
@@ -424,7 +424,11 @@ func formatStatus(st *queue.Status) string {
 	var b strings.Builder
 	bt := st.Batch
 	fmt.Fprintf(&b, "batch:    %s (model %s, created %s)\n", bt.Name, bt.Model, bt.CreatedAt.UTC().Format(time.RFC3339))
-	fmt.Fprintf(&b, "rows:     %d = %d pending + %d running + %d lease expired + %d done\n", st.Total(), st.Pending, st.Running, st.Expired, st.Done)
+	reserved := ""
+	if st.Reserved > 0 {
+		reserved = fmt.Sprintf(" (%d reserved)", st.Reserved)
+	}
+	fmt.Fprintf(&b, "rows:     %d = %d pending%s + %d running + %d lease expired + %d done\n", st.Total(), st.Pending, reserved, st.Running, st.Expired, st.Done)
 	var oc []string
 	for _, c := range outcome.All() {
 		if n := st.Outcomes[c]; n > 0 {

@@ -53,8 +53,14 @@ with Retry-After pauses every worker of the batch; a breaker that opens in
 one stops the others (or sends them to their --fallback-model) until its
 cooldown ends.
 
+In a batch of one client with no client cap and no rate, a worker also keeps
+a few rows reserved (pending, leased to it, counted against no cap) and
+starts one the moment a call of its own ends, in that call's place: the
+round trip that writes the finished row makes the reserved one running in
+the same transaction, so the caps hold and no place waits for the database.
+
 SIGINT or SIGTERM: no new claims, calls in flight finish and are written,
-rows claimed but not started are given back, exit 130.
+rows claimed or reserved but not started are given back, exit 130.
 
 Exit codes: 0 the worker stopped with nothing left to do (--exit-when-done)
 and every row it finished is success or fallback; 1 some row it finished

@@ -688,6 +688,9 @@ func TestReservations(t *testing.T) {
 	if len(aRun) != 2 || len(aRes) != 3 || running() != 2 {
 		t.Fatalf("claimed %+v; %d running, want 2 running and 3 reserved", out.Claimed, running())
 	}
+	if st, err := db.Status(ctx, "res"); err != nil || st.Pending != 8 || st.Reserved != 3 || st.Running != 2 {
+		t.Fatalf("status: %+v, %v; want 8 pending (3 of them reserved), 2 running", st, err)
+	}
 	if aRes[0].Attempt != 1 {
 		t.Fatalf("a reservation's attempt is %d, want 1 (the attempt it will run as)", aRes[0].Attempt)
 	}
@@ -777,5 +780,31 @@ func TestReservationExpires(t *testing.T) {
 	time.Sleep(100 * time.Millisecond)
 	if out, err := other.Cycle(ctx, CycleIn{Want: 3}); err != nil || len(out.Claimed) != 3 || out.Claimed[0].Attempt != 1 {
 		t.Fatalf("claimed %+v, %v after the reservations' lease; want all 3, attempt 1", out.Claimed, err)
+	}
+}
+
+// A worker reserves as many rows as its calls finish in four round trips,
+// at least one and at most its capacity; none where the batch does not
+// reserve or its calls are about as fast as a round trip.
+func TestReserveTarget(t *testing.T) {
+	one := &Batch{}
+	capped := &Batch{Spec: Spec{ClientColumn: "team", ClientCap: 2}}
+	for _, c := range []struct {
+		b     *Batch
+		p     pace
+		want  int
+		about string
+	}{
+		{one, pace{}, 1, "nothing measured yet"},
+		{one, pace{rowMs: 20, tripMs: 3}, 10, "20 ms calls, 3 ms round trips, 16 places"},
+		{one, pace{rowMs: 1000, tripMs: 3}, 1, "calls far slower than the database"},
+		{one, pace{rowMs: 2, tripMs: 0.9}, 16, "at most the capacity"},
+		{one, pace{rowMs: 1, tripMs: 3}, 0, "calls faster than a round trip"},
+		{capped, pace{rowMs: 20, tripMs: 3}, 0, "a batch with a client cap"},
+	} {
+		w := NewWorker(&Session{batch: c.b}, WorkerConfig{Capacity: 16})
+		if got := w.reserveTarget(c.p); got != c.want {
+			t.Errorf("%s: reserve %d, want %d", c.about, got, c.want)
+		}
 	}
 }

@@ -30,6 +30,7 @@ type WorkerSeen struct {
 type Status struct {
 	Batch    *Batch
 	Pending  int64 // waiting, due or not
+	Reserved int64 // of them, reserved by a worker (lease unexpired)
 	Running  int64 // leased, lease unexpired
 	Expired  int64 // leased, lease expired: rescued at the next heartbeat
 	Done     int64
@@ -62,10 +63,11 @@ func (db *DB) Status(ctx context.Context, name string) (*Status, error) {
 	err = pgx.BeginTxFunc(ctx, db.Pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		if err := tx.QueryRow(ctx, `
 			select count(*) filter (where state = 'pending'),
+			       count(*) filter (where state = 'pending' and lease_until > clock_timestamp()),
 			       count(*) filter (where state = 'running' and lease_until > clock_timestamp()),
 			       count(*) filter (where state = 'running' and lease_until <= clock_timestamp()),
 			       count(*) filter (where state = 'done')
-			from hfsent.item where batch_id = $1`, b.ID).Scan(&st.Pending, &st.Running, &st.Expired, &st.Done); err != nil {
+			from hfsent.item where batch_id = $1`, b.ID).Scan(&st.Pending, &st.Reserved, &st.Running, &st.Expired, &st.Done); err != nil {
 			return err
 		}
 		rows, err := tx.Query(ctx, `select r.outcome, count(*) from hfsent.item i join hfsent.result r using (batch_id, seq)

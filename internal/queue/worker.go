@@ -476,7 +476,8 @@ func ewma(avg *float64, ms float64) {
 }
 
 // reserveTarget is how many rows the worker keeps reserved (0 where the
-// batch does not reserve): as many as its calls end in four round trips
+// batch does not reserve, or its calls take less than two round trips): as
+// many as its calls end in four round trips
 // (a refill asked for may wait for the round trip on its way), at least
 // one, at most its capacity. With calls much slower than the database
 // that is one row, so the tail of a batch is not left reserved by a
@@ -488,7 +489,12 @@ func (w *Worker) reserveTarget(p pace) int {
 	if p.rowMs <= 0 || p.tripMs <= 0 {
 		return 1
 	}
-	n := math.Ceil(4*float64(w.cfg.Capacity)*p.tripMs/p.rowMs) + 1
+	if p.rowMs < 2*p.tripMs {
+		// Calls about as fast as the database: the round trips are the
+		// bottleneck, and a reservation only adds a write to each row.
+		return 0
+	}
+	n := math.Ceil(4 * float64(w.cfg.Capacity) * p.tripMs / p.rowMs)
 	return int(min(max(n, 1), float64(w.cfg.Capacity)))
 }
 
