@@ -490,6 +490,78 @@ func TestQueueGlobalCapWithReservations(t *testing.T) {
 	}
 }
 
+// A bad day, through the queue: poison texts that always time out, random
+// 503s, a 429 with Retry-After and a one-second outage, all in one batch
+// of one client (so the workers reserve rows and swap them in). Every row
+// ends exactly once, the poison ones as upstream_timeout after their
+// attempts and all the others as success, and the cap holds throughout.
+func TestQueueBadDay(t *testing.T) {
+	db := pgtest.URL(t)
+	poison := map[string]bool{"c=one row 7 is fine": true, "c=one row 300 is fine": true, "c=one row 550 is fine": true}
+	var outageFrom atomic.Int64
+	m, srv := newMeter(&fakehf.Fake{Latency: 10 * time.Millisecond, NoRecord: true,
+		Script: func(n int64, texts []string, _ *http.Request) fakehf.Reply {
+			if len(texts) == 1 && poison[texts[0]] {
+				return fakehf.Reply{Delay: 5 * time.Second}
+			}
+			if n == 300 {
+				outageFrom.Store(time.Now().UnixNano())
+			}
+			if from := outageFrom.Load(); from > 0 && time.Since(time.Unix(0, from)) < time.Second {
+				return fakehf.Reply{Status: 503, Immediate: true}
+			}
+			switch {
+			case n == 150:
+				return fakehf.Reply{Status: 429, Immediate: true, Header: map[string]string{"Retry-After": "1"}}
+			case n%10 == 3:
+				return fakehf.Reply{Status: 503, Immediate: true}
+			}
+			return fakehf.Reply{}
+		}})
+	defer srv.Close()
+	dir := t.TempDir()
+	rows := clientRows("one", 600)
+	in := queueCSV(t, dir, "in.csv", rows)
+	mustRun(t, qenv(db), "queue", "push", in, "--batch", "bad", "--global-cap", "6", "--max-attempts", "3", "--lease", "5s", "--no-progress")
+	var ws []*worker
+	for range 3 {
+		ws = append(ws, startWorker(t, db, "--batch", "bad", "--endpoint", srv.URL, "-c", "4", "--retries", "2",
+			"--timeout", "200ms", "--breaker-cooldown", "1s", "--breaker-window", "2s", "--exit-when-done"))
+	}
+	failed := 0
+	for i, w := range ws {
+		switch code := w.wait(t); code {
+		case 0:
+		case 1:
+			failed++
+		default:
+			t.Fatalf("worker %d: exit %d\n%s", i, code, w.stderr.String())
+		}
+	}
+	if failed == 0 {
+		t.Fatal("no worker exited 1, though the poison rows ended upstream_timeout")
+	}
+	if m.max > 6 {
+		t.Fatalf("the provider saw %d calls at once; the global cap is 6", m.max)
+	}
+	if swapped(t, ws) == 0 {
+		t.Fatal("no row started by a swap: the reservations were not part of the mix")
+	}
+	got := exportRows(t, db, "bad")
+	if len(got) != len(rows) {
+		t.Fatalf("export has %d rows, want %d", len(got), len(rows))
+	}
+	for i, r := range got {
+		want := "success"
+		if poison[rows[i][1]] {
+			want = "upstream_timeout"
+		}
+		if r["request_id"] != rows[i][0] || r["outcome"] != want {
+			t.Fatalf("row %d: %s %s, want %s %s", i, r["request_id"], r["outcome"], rows[i][0], want)
+		}
+	}
+}
+
 // A worker waiting for its poll while another finishes the batch's last
 // rows is woken when the batch is done, and exits then, not a poll later.
 func TestQueueDoneWakesWaitingWorkers(t *testing.T) {
