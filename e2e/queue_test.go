@@ -107,28 +107,41 @@ func mustRun(t *testing.T, env []string, args ...string) result {
 	return r
 }
 
+// pushBatch pushes rows into a new batch with the push flags given.
+func pushBatch(t *testing.T, db, batch string, rows [][3]string, flags ...string) {
+	t.Helper()
+	in := queueCSV(t, t.TempDir(), "in.csv", rows)
+	mustRun(t, qenv(db), append([]string{"queue", "push", in, "--batch", batch, "--no-progress"}, flags...)...)
+}
+
+// waitInFlight waits until the fake has n calls in flight from worker w.
+func waitInFlight(t *testing.T, fake *fakehf.Fake, n int64, w *worker) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for fake.InFlight() < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("the worker never had %d calls in flight:\n%s", n, w.stderr.String())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 // countDone reads how many rows of the batch are done.
 func countDone(t *testing.T, db, batch string) int {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	c, err := pgx.Connect(ctx, db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close(context.Background())
-	var n int
-	if err := c.QueryRow(ctx, `select count(*) from hfsent.item i join hfsent.batch b on b.id = i.batch_id
-		where b.name = $1 and i.state = 'done'`, batch).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
-	return n
+	return countItems(t, db, batch, "i.state = 'done'")
 }
 
 // countReserved reads how many rows of the batch are reserved: pending
 // with a lease owner.
 func countReserved(t *testing.T, db, batch string) int {
 	t.Helper()
+	return countItems(t, db, batch, "i.state = 'pending' and i.lease_owner is not null")
+}
+
+// countItems counts the batch's rows (item i) that match where.
+func countItems(t *testing.T, db, batch, where string) int {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	c, err := pgx.Connect(ctx, db)
@@ -138,7 +151,7 @@ func countReserved(t *testing.T, db, batch string) int {
 	defer c.Close(context.Background())
 	var n int
 	if err := c.QueryRow(ctx, `select count(*) from hfsent.item i join hfsent.batch b on b.id = i.batch_id
-		where b.name = $1 and i.state = 'pending' and i.lease_owner is not null`, batch).Scan(&n); err != nil {
+		where b.name = $1 and `+where, batch).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
 	return n
@@ -246,21 +259,18 @@ func (m *meter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	m.h.ServeHTTP(w, r)
 }
 
-// Three workers with -c 4 against a global cap of 6 and a client cap of 2:
-// the provider never sees more than 6 calls at once, nor more than 2 of one
-// client, and a client with 5 rows, pushed last, finishes while the two
-// with 500 still have hundreds to go.
-func TestQueueCapsAcrossWorkers(t *testing.T) {
-	db := pgtest.URL(t)
+// threeUnderCapOf6 pushes rows into batch under --global-cap 6 (and the
+// push flags given), runs three workers of -c 4 against a 20 ms fake until
+// the batch is done, and checks that each exited 0 and that the provider
+// saw at most 6 calls at once, and at least 5 (the cap was tested).
+func threeUnderCapOf6(t *testing.T, db, batch string, rows [][3]string, pushFlags ...string) (*meter, []*worker) {
+	t.Helper()
 	m, srv := newMeter(&fakehf.Fake{Latency: 20 * time.Millisecond, NoRecord: true})
-	defer srv.Close()
-	dir := t.TempDir()
-	rows := append(append(clientRows("big1", 500), clientRows("big2", 500)...), clientRows("small", 5)...)
-	in := queueCSV(t, dir, "in.csv", rows)
-	mustRun(t, qenv(db), "queue", "push", in, "--batch", "caps", "--global-cap", "6", "--client-column", "client", "--client-cap", "2", "--no-progress")
+	t.Cleanup(srv.Close)
+	pushBatch(t, db, batch, rows, append([]string{"--global-cap", "6"}, pushFlags...)...)
 	var ws []*worker
 	for range 3 {
-		ws = append(ws, startWorker(t, db, "--batch", "caps", "--endpoint", srv.URL, "-c", "4", "--retries", "0", "--exit-when-done"))
+		ws = append(ws, startWorker(t, db, "--batch", batch, "--endpoint", srv.URL, "-c", "4", "--retries", "0", "--exit-when-done"))
 	}
 	for i, w := range ws {
 		if code := w.wait(t); code != 0 {
@@ -273,6 +283,17 @@ func TestQueueCapsAcrossWorkers(t *testing.T) {
 	if m.max < 5 {
 		t.Fatalf("the provider saw at most %d calls at once: the cap of 6 was never approached, so not tested", m.max)
 	}
+	return m, ws
+}
+
+// Three workers with -c 4 against a global cap of 6 and a client cap of 2:
+// the provider never sees more than 6 calls at once, nor more than 2 of one
+// client, and a client with 5 rows, pushed last, finishes while the two
+// with 500 still have hundreds to go.
+func TestQueueCapsAcrossWorkers(t *testing.T) {
+	db := pgtest.URL(t)
+	rows := append(append(clientRows("big1", 500), clientRows("big2", 500)...), clientRows("small", 5)...)
+	m, _ := threeUnderCapOf6(t, db, "caps", rows, "--client-column", "client", "--client-cap", "2")
 	for c, n := range m.maxPer {
 		if n > 2 {
 			t.Fatalf("client %s had %d calls at once; the client cap is 2", c, n)
@@ -362,18 +383,10 @@ func TestQueueStalledWorkerIsFenced(t *testing.T) {
 	}}
 	srv := fakehf.Start(fake)
 	defer srv.Close()
-	dir := t.TempDir()
 	rows := clientRows("f", 20)
-	in := queueCSV(t, dir, "in.csv", rows)
-	mustRun(t, qenv(db), "queue", "push", in, "--batch", "fence", "--global-cap", "4", "--lease", "1s", "--no-progress")
+	pushBatch(t, db, "fence", rows, "--global-cap", "4", "--lease", "1s")
 	a := startWorker(t, db, "--batch", "fence", "--endpoint", srv.URL+"/a", "-c", "4", "--retries", "0", "--exit-when-done")
-	deadline := time.Now().Add(20 * time.Second)
-	for fake.InFlight() < 4 {
-		if time.Now().After(deadline) {
-			t.Fatalf("worker A never had 4 calls in flight:\n%s", a.stderr.String())
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitInFlight(t, fake, 4, a)
 	if err := a.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
@@ -460,27 +473,8 @@ func TestQueueSharedCooldown(t *testing.T) {
 // transaction that writes that row), and most rows ran that way.
 func TestQueueGlobalCapWithReservations(t *testing.T) {
 	db := pgtest.URL(t)
-	m, srv := newMeter(&fakehf.Fake{Latency: 20 * time.Millisecond, NoRecord: true})
-	defer srv.Close()
-	dir := t.TempDir()
 	rows := clientRows("one", 600)
-	in := queueCSV(t, dir, "in.csv", rows)
-	mustRun(t, qenv(db), "queue", "push", in, "--batch", "swap", "--global-cap", "6", "--no-progress")
-	var ws []*worker
-	for range 3 {
-		ws = append(ws, startWorker(t, db, "--batch", "swap", "--endpoint", srv.URL, "-c", "4", "--retries", "0", "--exit-when-done"))
-	}
-	for i, w := range ws {
-		if code := w.wait(t); code != 0 {
-			t.Fatalf("worker %d: exit %d\n%s", i, code, w.stderr.String())
-		}
-	}
-	if m.max > 6 {
-		t.Fatalf("the provider saw %d calls at once; the global cap is 6", m.max)
-	}
-	if m.max < 5 {
-		t.Fatalf("the provider saw at most %d calls at once: the cap of 6 was never approached, so not tested", m.max)
-	}
+	_, ws := threeUnderCapOf6(t, db, "swap", rows)
 	if n := swapped(t, ws); n < len(rows)/2 {
 		t.Fatalf("only %d of %d rows started in a finished row's place: the reservations were not tested", n, len(rows))
 	}
@@ -519,10 +513,8 @@ func TestQueueBadDay(t *testing.T) {
 			return fakehf.Reply{}
 		}})
 	defer srv.Close()
-	dir := t.TempDir()
 	rows := clientRows("one", 600)
-	in := queueCSV(t, dir, "in.csv", rows)
-	mustRun(t, qenv(db), "queue", "push", in, "--batch", "bad", "--global-cap", "6", "--max-attempts", "3", "--lease", "5s", "--no-progress")
+	pushBatch(t, db, "bad", rows, "--global-cap", "6", "--max-attempts", "3", "--lease", "5s")
 	var ws []*worker
 	for range 3 {
 		ws = append(ws, startWorker(t, db, "--batch", "bad", "--endpoint", srv.URL, "-c", "4", "--retries", "2",
@@ -569,18 +561,10 @@ func TestQueueDoneWakesWaitingWorkers(t *testing.T) {
 	fake := &fakehf.Fake{Latency: 500 * time.Millisecond}
 	srv := fakehf.Start(fake)
 	defer srv.Close()
-	dir := t.TempDir()
 	rows := clientRows("w", 8)
-	in := queueCSV(t, dir, "in.csv", rows)
-	mustRun(t, qenv(db), "queue", "push", in, "--batch", "wake", "--global-cap", "8", "--no-progress")
+	pushBatch(t, db, "wake", rows, "--global-cap", "8")
 	a := startWorker(t, db, "--batch", "wake", "--endpoint", srv.URL, "-c", "8", "--retries", "0", "--exit-when-done")
-	deadline := time.Now().Add(20 * time.Second)
-	for fake.InFlight() < 8 {
-		if time.Now().After(deadline) {
-			t.Fatalf("worker A never had the 8 rows in flight:\n%s", a.stderr.String())
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitInFlight(t, fake, 8, a)
 	// B finds nothing to claim, rows still running: it waits for its poll
 	// (a minute).
 	start := time.Now()
@@ -604,10 +588,8 @@ func TestQueueInterruptGivesBack(t *testing.T) {
 	fake := &fakehf.Fake{Latency: 50 * time.Millisecond}
 	srv := fakehf.Start(fake)
 	defer srv.Close()
-	dir := t.TempDir()
 	rows := clientRows("i", 120)
-	in := queueCSV(t, dir, "in.csv", rows)
-	mustRun(t, qenv(db), "queue", "push", in, "--batch", "int", "--global-cap", "8", "--no-progress")
+	pushBatch(t, db, "int", rows, "--global-cap", "8")
 	// --rps 10 keeps claimed rows waiting for their turn: those are the
 	// rows a stop must give back.
 	a := startWorker(t, db, "--batch", "int", "--endpoint", srv.URL, "-c", "8", "--rps", "10", "--retries", "0")

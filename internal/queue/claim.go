@@ -558,16 +558,7 @@ func (s *Session) Cycle(ctx context.Context, in CycleIn) (CycleOut, error) {
 		if err != nil {
 			return out, err
 		}
-		for rows.Next() {
-			var seq int64
-			if err := rows.Scan(&seq); err != nil {
-				rows.Close()
-				return out, err
-			}
-			out.Promoted = append(out.Promoted, seq)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
+		if out.Promoted, err = pgx.CollectRows(rows, pgx.RowTo[int64]); err != nil {
 			return out, err
 		}
 	}
@@ -576,18 +567,13 @@ func (s *Session) Cycle(ctx context.Context, in CycleIn) (CycleOut, error) {
 		if err != nil {
 			return out, err
 		}
-		written := map[int64]bool{}
-		for rows.Next() {
-			var seq int64
-			if err := rows.Scan(&seq); err != nil {
-				rows.Close()
-				return out, err
-			}
-			written[seq] = true
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
+		seqs, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+		if err != nil {
 			return out, err
+		}
+		written := make(map[int64]bool, len(seqs))
+		for _, seq := range seqs {
+			written[seq] = true
 		}
 		out.Written = len(written)
 		for _, c := range in.Done {
@@ -621,16 +607,12 @@ func (s *Session) Cycle(ctx context.Context, in CycleIn) (CycleOut, error) {
 		if err != nil {
 			return out, err
 		}
-		for rows.Next() {
+		out.Claimed, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (Claimed, error) {
 			var c Claimed
-			if err := rows.Scan(&c.Seq, &c.Attempt, &c.Reserved, &c.RequestID, &c.Text); err != nil {
-				rows.Close()
-				return out, err
-			}
-			out.Claimed = append(out.Claimed, c)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
+			err := r.Scan(&c.Seq, &c.Attempt, &c.Reserved, &c.RequestID, &c.Text)
+			return c, err
+		})
+		if err != nil {
 			return out, err
 		}
 	}

@@ -63,6 +63,16 @@ func gen(prefix string, n int, client string) [][3]string {
 	return out
 }
 
+// queryInt runs a query that answers one number.
+func queryInt(t *testing.T, db *DB, q string, args ...any) int64 {
+	t.Helper()
+	var n int64
+	if err := db.Pool.QueryRow(context.Background(), q, args...).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
 // succeed finishes claimed rows as success.
 func succeed(cs []Claimed, label string) []Completion {
 	out := make([]Completion, len(cs))
@@ -446,11 +456,7 @@ func TestPendingFromFollowsTheClaims(t *testing.T) {
 	ctx := context.Background()
 	mark := func() int64 {
 		t.Helper()
-		var m int64
-		if err := db.Pool.QueryRow(ctx, "select pending_from from hfsent.client where batch_id = $1", b.ID).Scan(&m); err != nil {
-			t.Fatal(err)
-		}
-		return m
+		return queryInt(t, db, "select pending_from from hfsent.client where batch_id = $1", b.ID)
 	}
 	w := db.NewSession(b, "w", 30*time.Second)
 	first, err := w.Cycle(ctx, CycleIn{Want: 5})
@@ -661,13 +667,9 @@ func TestReservations(t *testing.T) {
 	if !a.Reserves() {
 		t.Fatal("a batch of one client with no client cap or rate does not reserve")
 	}
-	running := func() int {
+	running := func() int64 {
 		t.Helper()
-		var n int
-		if err := db.Pool.QueryRow(ctx, "select count(*) from hfsent.item where batch_id = $1 and state = 'running'", b.ID).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		return n
+		return queryInt(t, db, "select count(*) from hfsent.item where batch_id = $1 and state = 'running'", b.ID)
 	}
 	split := func(cs []Claimed) (run, res []Claimed) {
 		for _, c := range cs {
