@@ -194,14 +194,14 @@ func (w *Worker) Run(ctx context.Context, p *engine.Pipeline, g *resilience.Guar
 		speed       pace
 	)
 	// swapOK says whether a reservation may start in the place of a row
-	// that finished: not while the batch or this worker holds back calls
-	// (a claim would get nothing then either).
-	// Nor when the leases were last renewed half a lease ago or more (the
-	// process stalled, or the database is out of reach): the reservations
-	// may have passed to another worker.
+	// that finished: not once the worker stops, nor while the batch or
+	// this worker holds back calls (a claim would get nothing then
+	// either), nor when the leases were last renewed half a lease ago or
+	// more (the process stalled, or the database is out of reach): the
+	// reservations may have passed to another worker.
 	w.renewed.Store(time.Now().UnixNano())
 	swapOK := func() bool {
-		if stopped || fatal != nil || time.Now().Before(sharedHold) ||
+		if stopped || fatal != nil || p.StopReason() != engine.StopNone || time.Now().Before(sharedHold) ||
 			time.Since(time.Unix(0, w.renewed.Load())) >= w.s.lease/2 {
 			return false
 		}
@@ -477,11 +477,11 @@ func ewma(avg *float64, ms float64) {
 
 // reserveTarget is how many rows the worker keeps reserved (0 where the
 // batch does not reserve, or its calls take less than two round trips): as
-// many as its calls end in four round trips
-// (a refill asked for may wait for the round trip on its way), at least
-// one, at most its capacity. With calls much slower than the database
-// that is one row, so the tail of a batch is not left reserved by a
-// worker whose slots are busy while another's are free.
+// many as its calls end in four round trips (a refill asked for may wait
+// for the round trip on its way), at least one, at most its capacity. With
+// calls much slower than the database that is one row, so the tail of a
+// batch is not left reserved by a worker whose slots are busy while
+// another's are free.
 func (w *Worker) reserveTarget(p pace) int {
 	if !w.s.Reserves() {
 		return 0
