@@ -810,3 +810,27 @@ func TestReserveTarget(t *testing.T) {
 		}
 	}
 }
+
+// Reservations whose answer was lost (the round trip failed after its
+// commit) are given back by the reconcile that follows, with the claims;
+// those the worker holds stay.
+func TestReconcileGivesBackLostReservations(t *testing.T) {
+	db := openDB(t)
+	ctx := context.Background()
+	b := push(t, db, spec("resr"), "d", gen("r", 6, "")).Batch
+	a := db.NewSession(b, "a", 0)
+	out, err := a.Cycle(ctx, CycleIn{Reserve: 3})
+	if err != nil || len(out.Claimed) != 3 {
+		t.Fatalf("reserved %+v, %v", out.Claimed, err)
+	}
+	kept := out.Claimed[0].Seq
+	if _, err := a.Cycle(ctx, CycleIn{Reconcile: true, Held: []int64{kept}}); err != nil {
+		t.Fatal(err)
+	}
+	if n := queryInt(t, db, "select count(*) from hfsent.item where batch_id = $1 and lease_owner is not null", b.ID); n != 1 {
+		t.Fatalf("%d rows leased after the reconcile; want only the one held", n)
+	}
+	if n := queryInt(t, db, "select count(*) from hfsent.item where batch_id = $1 and seq = $2 and lease_owner = 'a'", b.ID, kept); n != 1 {
+		t.Fatal("the reservation the worker holds was given back")
+	}
+}
