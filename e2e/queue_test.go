@@ -883,3 +883,72 @@ func TestQueueSetupErrors(t *testing.T) {
 		t.Fatalf("status after drop: exit %d", r.code)
 	}
 }
+
+// A push stopped by SIGINT or SIGTERM (a service manager's stop) while it
+// streams rows in from a pipe whose writer is idle: exit 130 at once, a
+// message saying nothing was added, and no row was (a push is one
+// transaction).
+func TestQueuePushInterrupted(t *testing.T) {
+	db := pgtest.URL(t)
+	for _, sig := range []os.Signal{os.Interrupt, syscall.SIGTERM} {
+		t.Run(sig.String(), func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			batch := "cut" + strings.ReplaceAll(sig.String(), " ", "")
+			cmd, stderr := hfsent(t, ctx, "queue", "push", "-", "--batch", batch, "--no-progress")
+			cmd.Env = append(cmd.Env, qenv(db)...)
+			stdin, err := cmd.StdinPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			fmt.Fprintln(stdin, "request_id,text")
+			for i := range 100 {
+				fmt.Fprintf(stdin, "r%d,text %d\n", i, i)
+			}
+			// The rows are on their way in: the COPY is running, waiting
+			// for more of stdin.
+			conn, err := pgx.Connect(ctx, db)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close(context.Background())
+			deadline := time.Now().Add(20 * time.Second)
+			for {
+				var n int
+				if err := conn.QueryRow(ctx, `select count(*) from pg_stat_activity
+					where datname = current_database() and query ilike 'copy%'`).Scan(&n); err != nil {
+					t.Fatal(err)
+				}
+				if n > 0 {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("the push never started its COPY:\n%s", stderr.String())
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			if err := cmd.Process.Signal(sig); err != nil {
+				t.Fatal(err)
+			}
+			err = cmd.Wait()
+			stdin.Close()
+			if code := cmd.ProcessState.ExitCode(); code != 130 {
+				t.Fatalf("exit %d (%v), want 130\n%s", code, err, stderr.String())
+			}
+			if !strings.Contains(stderr.String(), "nothing was added") {
+				t.Fatalf("no word that nothing was added:\n%s", stderr.String())
+			}
+			var n int
+			if err := conn.QueryRow(ctx, `select count(*) from hfsent.input i join hfsent.batch b on b.id = i.batch_id
+				where b.name = $1`, batch).Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			if n != 0 {
+				t.Fatalf("the interrupted push added %d rows", n)
+			}
+		})
+	}
+}

@@ -178,6 +178,7 @@ with the settings given; later pushes append and may not change them.
 
 Pushing the same file again does nothing (it is recognised by its SHA-256).
 A file whose ids are already in the batch, from another file, is refused.
+SIGINT, SIGTERM or SIGHUP stop a push at once, adding no row: exit 130.
 
 Caps hold over all workers together: --global-cap rows running at once in
 the whole batch, --client-cap per value of --client-column; --global-rps
@@ -275,7 +276,7 @@ func runPush(ctx context.Context, o *pushOptions, ios *IOStreams, log *slog.Logg
 	}
 	logInput(log, info.name, src)
 
-	ctx, stop := signal.NotifyContext(ctx, os.Interrupt)
+	ctx, stop := signal.NotifyContext(ctx, stopSignals...)
 	defer stop()
 	bar := newCountBar(ios, o.progressSet(), o.progress && !o.noProgress, info.total, "push")
 	req := queue.PushRequest{
@@ -393,7 +394,7 @@ func runStatus(ctx context.Context, o *statusOptions, ios *IOStreams) error {
 		return err
 	}
 	defer db.Close()
-	ctx, stop := signal.NotifyContext(ctx, os.Interrupt)
+	ctx, stop := signal.NotifyContext(ctx, stopSignals...)
 	defer stop()
 	for {
 		st, err := db.Status(ctx, o.db.batch)

@@ -324,6 +324,37 @@ func readAll(src Source, rows chan<- readResult, stop <-chan struct{}) {
 	}
 }
 
+// Abandonable reads src one row ahead in a goroutine of its own, so that
+// its Next returns ctx's error as soon as ctx ends, even while src is
+// blocked on a pipe whose writer is idle (that goroutine is left behind,
+// still blocked: the caller is about to stop). The run reads its input the
+// same way.
+func Abandonable(ctx context.Context, src Source) Source {
+	a := &abandonable{ctx: ctx, rows: make(chan readResult)}
+	go readAll(src, a.rows, ctx.Done())
+	return a
+}
+
+type abandonable struct {
+	ctx  context.Context
+	rows chan readResult
+	end  error // the error that ended the input, returned again after it
+}
+
+func (a *abandonable) Next() (input.Row, error) {
+	if a.end != nil {
+		return input.Row{}, a.end
+	}
+	select {
+	case rr := <-a.rows:
+		a.end = rr.err
+		return rr.row, rr.err
+	case <-a.ctx.Done():
+		a.end = a.ctx.Err()
+		return input.Row{}, a.end
+	}
+}
+
 // finished hands a row to the writer.
 func (r *run) finished(res results.Row) { r.done <- res }
 

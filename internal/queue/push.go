@@ -89,7 +89,10 @@ func (db *DB) Push(ctx context.Context, req PushRequest, src Source) (PushResult
 		return res, fmt.Errorf("reserving rows in batch %q: %s", b.Name, summarise(err))
 	}
 
-	cs := &copySource{src: src, base: base, batch: b.ID, rules: engine.Rules{MaxChars: b.MaxChars},
+	// A file on a pipe may block a read for good (an idle writer): the
+	// COPY must still end with ctx, so rows are read where a stop need
+	// not wait for them.
+	cs := &copySource{src: engine.Abandonable(ctx, src), base: base, batch: b.ID, rules: engine.Rules{MaxChars: b.MaxChars},
 		ids: engine.NewIDs(0), progress: req.Progress}
 	defer cs.ids.Release()
 	if _, err := tx.CopyFrom(ctx, pgx.Identifier{"hfsent", "input"}, []string{"batch_id", "seq", "request_id", "text"}, cs); err != nil {
