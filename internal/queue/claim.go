@@ -323,20 +323,23 @@ reserved as (select 0::bigint as seq, 0 as attempt where false)` + claimedRows
 // is found again without lowering it.
 const claimOne = `
 with t as (select clock_timestamp() as now),
-b as (
+h as (
 	select batch.started_at,
-	       case when (batch.paused_until > t.now) or (not $5::bool and batch.breaker_open_until > t.now) then 0
-	            else greatest(0, least($2::int, batch.global_cap - (
-	                 select count(*) from hfsent.item i
-	                 where i.batch_id = $1 and i.state = 'running' and i.lease_until > t.now)::int)) end as r,
-	       case when (batch.paused_until > t.now) or (not $5::bool and batch.breaker_open_until > t.now) then 0
-	            else greatest(0, $6::int) end as k
+	       (batch.paused_until > t.now) or (not $5::bool and batch.breaker_open_until > t.now) as held,
+	       batch.global_cap - (select count(*) from hfsent.item i
+	                           where i.batch_id = $1 and i.state = 'running' and i.lease_until > t.now)::int as room
 	from hfsent.batch, t where batch.id = $1
+),
+b as (
+	select started_at,
+	       case when held then 0 else greatest(0, least($2::int, room)) end as r,
+	       case when held then 0 else greatest(0, $6::int) end as k
+	from h
 ),
 c as (select client.client, client.pending_from from hfsent.client where client.batch_id = $1),
 own as (
 	select i.seq from hfsent.item i
-	where i.batch_id = $1 and i.seq = any($7::bigint[]) and i.state <> 'running' and i.lease_owner = $3
+	where i.batch_id = $1 and i.seq = any($7::bigint[]) and ` + reservedBy3 + `
 	order by i.seq
 	limit (select r from b)
 	for update skip locked
@@ -391,36 +394,38 @@ bucket as (
 // under this worker and its attempt, with its lease unexpired (so it is
 // counted in the room; locked, so a rescue passes over it), and the
 // reservation still this worker's. The results, in a later statement of
-// the same transaction, free those rows: the swap commits at once.
+// the same transaction, free those rows: the swap commits at once. Its
+// owner and lease are $3 and $4, as in the claims.
 const promote = `
 with p as (
-	select * from unnest($2::bigint[], $3::int[], $4::bigint[], $5::int[]) as p(x, xa, y, ya)
+	select * from unnest($2::bigint[], $5::int[], $6::bigint[], $7::int[]) as p(x, xa, y, ya)
 ),
 t as (select clock_timestamp() as now),
 x as (
 	select i.seq, i.attempt from hfsent.item i, t
-	where i.batch_id = $1 and i.seq = any($2::bigint[]) and i.state = 'running' and i.lease_owner = $6
+	where i.batch_id = $1 and i.seq = any($2::bigint[]) and i.state = 'running' and i.lease_owner = $3
 	  and i.lease_until > t.now
 	for update of i
 )
 update hfsent.item i set state = 'running', attempt = i.attempt + 1,
-	lease_until = t.now + $7 * interval '1 millisecond', claimed_at = t.now
+	lease_until = t.now + $4 * interval '1 millisecond', claimed_at = t.now
 from p, t, x
 where x.seq = p.x and x.attempt = p.xa
-  and i.batch_id = $1 and i.seq = any($4::bigint[]) and i.seq = p.y and ` + reservedBy6 + ` and i.attempt + 1 = p.ya
+  and i.batch_id = $1 and i.seq = any($6::bigint[]) and i.seq = p.y and ` + reservedBy3 + ` and i.attempt + 1 = p.ya
 returning i.seq`
 
-// reservedBy6 is "row i is a reservation of $6's": pending and leased. It
-// says "not running" rather than "pending" (a row done has no lease owner)
-// because "pending" leads the planner, while the table has no statistics
-// yet (right after a push), to walk the whole pending index instead of
-// looking the rows up by their keys.
-const reservedBy6 = `i.state <> 'running' and i.lease_owner = $6`
+// reservedBy3 is "row i is a reservation of $3's" ($3: the lease owner in
+// every statement that uses it): pending and leased. It says "not running"
+// rather than "pending" (a row done has no lease owner) because "pending"
+// leads the planner, while the table has no statistics yet (right after a
+// push), to walk the whole pending index instead of looking the rows up by
+// their keys.
+const reservedBy3 = `i.state <> 'running' and i.lease_owner = $3`
 
 // release gives back reservations: pending rows leased to this worker.
 const release = `
 update hfsent.item i set lease_owner = null, lease_until = null
-where i.batch_id = $1 and i.seq = any($2::bigint[]) and i.state <> 'running' and i.lease_owner = $3`
+where i.batch_id = $1 and i.seq = any($2::bigint[]) and ` + reservedBy3
 
 // lowerMarks runs, holding the batch row, in every transaction that makes
 // rows pending again ($2: their seqs, its own writes; rows that are not
@@ -504,7 +509,7 @@ func (s *Session) Cycle(ctx context.Context, in CycleIn) (CycleOut, error) {
 		}
 	}
 	if len(px) > 0 {
-		batch.Queue(promote, s.batch.ID, px, pxa, py, pya, s.owner, s.lease.Milliseconds())
+		batch.Queue(promote, s.batch.ID, px, s.owner, s.lease.Milliseconds(), pxa, py, pya)
 	}
 	// The results first, before the batch row is locked: they hold only
 	// their own rows, fenced one by one, and a row written frees its place
