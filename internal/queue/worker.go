@@ -190,23 +190,26 @@ func (w *Worker) Run(ctx context.Context, p *engine.Pipeline, g *resilience.Guar
 		release     []int64            // reservations to give back
 		inflightRes int                // rows the round trips on their way may reserve
 		unconfirmed = map[int64]bool{} // started in a row's place; the swap not yet committed
-		sharedHold  time.Time          // the batch's pause or open breaker, as last seen
 		speed       pace
 	)
 	// swapOK says whether a reservation may start in the place of a row
-	// that finished: not once the worker stops, nor while the batch or
-	// this worker holds back calls (a claim would get nothing then
-	// either), nor when the leases were last renewed half a lease ago or
-	// more (the process stalled, or the database is out of reach): the
-	// reservations may have passed to another worker.
+	// that finished: not once the worker stops, nor while the guard holds
+	// calls back (a 429 pause or an open breaker without a fallback, its
+	// own or the batch's: a claim would get nothing then either), nor when
+	// the leases were last renewed half a lease ago or more (the process
+	// stalled, or the database is out of reach): the reservations may have
+	// passed to another worker.
 	w.renewed.Store(time.Now().UnixNano())
 	swapOK := func() bool {
-		if stopped || fatal != nil || p.StopReason() != engine.StopNone || time.Now().Before(sharedHold) ||
+		if stopped || fatal != nil || p.StopReason() != engine.StopNone ||
 			time.Since(time.Unix(0, w.renewed.Load())) >= w.s.lease/2 {
 			return false
 		}
-		pause, open := w.peekBackpressure()
-		return pause == 0 && (open == 0 || w.cfg.Fallback)
+		if g == nil {
+			return true
+		}
+		open, _ := g.BreakerOpen()
+		return g.Cooldown() == 0 && (!open || g.HasFallback())
 	}
 	submit := func(cl Claimed, now time.Time) {
 		held++
@@ -302,10 +305,6 @@ func (w *Worker) Run(ctx context.Context, p *engine.Pipeline, g *resilience.Guar
 			delete(unconfirmed, seq)
 		}
 		now := time.Now()
-		sharedHold = time.Time{}
-		if hold := c.out.Paused; hold > 0 || (c.out.Open > 0 && !w.cfg.Fallback) {
-			sharedHold = now.Add(max(hold, c.out.Open))
-		}
 		if g != nil {
 			if c.out.Paused > 0 {
 				g.PauseUntil(now.Add(c.out.Paused))
