@@ -17,9 +17,8 @@ import (
 // Metrics is what /metrics shows, in a registry of its own (one per
 // server: two servers in one process, as in tests, never share counts).
 type Metrics struct {
-	reg      *prometheus.Registry
-	counters *resilience.Counters
-	handler  http.Handler
+	reg     *prometheus.Registry
+	handler http.Handler
 
 	requests   *prometheus.CounterVec   // route, code
 	duration   *prometheus.HistogramVec // route
@@ -36,7 +35,7 @@ func NewMetrics(counters *resilience.Counters) *Metrics {
 	if counters == nil {
 		counters = &resilience.Counters{}
 	}
-	m := &Metrics{reg: prometheus.NewRegistry(), counters: counters}
+	m := &Metrics{reg: prometheus.NewRegistry()}
 	m.handler = promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
 	m.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "hfsent_http_requests_total",
@@ -85,19 +84,8 @@ func NewMetrics(counters *resilience.Counters) *Metrics {
 	return m
 }
 
-// state is what the gauges read from a running server.
-type state interface {
-	slotsInUse() int
-	slotsLimit() int
-	slotsMax() int
-	breakerOpen() (bool, time.Duration)
-	cooldown() time.Duration
-	reused() int64
-	ready() bool
-}
-
 // watch registers the gauges that read the server's state.
-func (m *Metrics) watch(s state) {
+func (m *Metrics) watch(s *Server) {
 	gauge := func(name, help string, v func() float64) prometheus.Collector {
 		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, v)
 	}
@@ -108,16 +96,16 @@ func (m *Metrics) watch(s state) {
 		return 0
 	}
 	m.reg.MustRegister(
-		gauge("hfsent_slots_in_use", "Provider calls in flight now (slots held).", func() float64 { return float64(s.slotsInUse()) }),
-		gauge("hfsent_slots_limit", "Calls allowed in flight now: --concurrency, or the adaptive limit below it with --adaptive.", func() float64 { return float64(s.slotsLimit()) }),
-		gauge("hfsent_slots_max", "--concurrency: the most calls in flight there can be.", func() float64 { return float64(s.slotsMax()) }),
+		gauge("hfsent_slots_in_use", "Provider calls in flight now (slots held).", func() float64 { return float64(s.p.Slots().InUse()) }),
+		gauge("hfsent_slots_limit", "Calls allowed in flight now: --concurrency, or the adaptive limit below it with --adaptive.", func() float64 { return float64(s.p.Slots().Limit()) }),
+		gauge("hfsent_slots_max", "--concurrency: the most calls in flight there can be.", func() float64 { return float64(s.p.Slots().Max()) }),
 		gauge("hfsent_breaker_open", "1 while the circuit breaker refuses calls (open), else 0.", func() float64 { open, _ := s.breakerOpen(); return b2f(open) }),
 		gauge("hfsent_breaker_remaining_seconds", "Time before the open breaker probes the provider again.", func() float64 { _, d := s.breakerOpen(); return d.Seconds() }),
 		gauge("hfsent_cooldown_remaining_seconds", "Time every new call still waits after a 429 with Retry-After.", func() float64 { return s.cooldown().Seconds() }),
-		gauge("hfsent_ready", "1 when /readyz answers 200, else 0 (draining, or breaker open without a fallback).", func() float64 { return b2f(s.ready()) }),
+		gauge("hfsent_ready", "1 when /readyz answers 200, else 0 (draining, or breaker open without a fallback).", func() float64 { ok, _, _ := s.Ready(); return b2f(ok) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "hfsent_reused_total",
 			Help: "Texts answered with an identical text's answer (in flight or recent), without a call."},
-			func() float64 { return float64(s.reused()) }),
+			func() float64 { return float64(s.p.Stats().Reused) }),
 	)
 }
 

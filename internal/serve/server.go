@@ -261,13 +261,8 @@ func notSent() results.Row {
 	return results.Row{Outcome: outcome.NotAttempted, StartedMs: -1, Error: "not sent: the server is stopping"}
 }
 
-// state, for the metrics.
-
-func (s *Server) slotsInUse() int { return s.p.Slots().InUse() }
-
-func (s *Server) slotsLimit() int { return s.p.Slots().Limit() }
-
-func (s *Server) slotsMax() int { return s.p.Slots().Max() }
+// breakerOpen and cooldown are the guard's, for the metrics and
+// Retry-After (none without a guard).
 
 func (s *Server) breakerOpen() (bool, time.Duration) {
 	if s.guard == nil {
@@ -281,11 +276,4 @@ func (s *Server) cooldown() time.Duration {
 		return 0
 	}
 	return s.guard.Cooldown()
-}
-
-func (s *Server) reused() int64 { return s.p.Stats().Reused }
-
-func (s *Server) ready() bool {
-	ok, _, _ := s.Ready()
-	return ok
 }
