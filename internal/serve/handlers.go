@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"mime"
 	"net/http"
 	"reflect"
@@ -202,8 +201,7 @@ func (s *Server) readyz(x *exchange) {
 		x.json(http.StatusOK, map[string]string{"status": "ready"})
 		return
 	}
-	secs := max(1, int(math.Ceil(retry.Seconds())))
-	x.w.Header().Set("Retry-After", strconv.Itoa(secs))
+	x.w.Header().Set("Retry-After", strconv.Itoa(retrySeconds(retry)))
 	msg := "the server is stopping"
 	if reason == string(outcome.CircuitOpen) {
 		msg = "the provider is failing (circuit breaker open) and there is no --fallback-model"
@@ -217,16 +215,7 @@ func (s *Server) metrics(x *exchange) {
 	x.status = sw.status
 }
 
-func (s *Server) openAPI(x *exchange) {
-	h := x.w.Header()
-	h.Set("Content-Type", "application/json")
-	h.Set("Content-Length", strconv.Itoa(len(s.openapi)))
-	x.w.WriteHeader(http.StatusOK)
-	x.status = http.StatusOK
-	if x.r.Method != http.MethodHead {
-		_, _ = x.w.Write(s.openapi)
-	}
-}
+func (s *Server) openAPI(x *exchange) { x.write(http.StatusOK, s.openapi) }
 
 type statusWriter struct {
 	http.ResponseWriter

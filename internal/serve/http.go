@@ -188,13 +188,18 @@ func (x *exchange) json(status int, v any) {
 		// Only plain structs of strings and numbers are written here.
 		panic(fmt.Sprintf("encoding an answer: %v", err))
 	}
+	x.write(status, append(b, '\n'))
+}
+
+// write answers status with the JSON document b (headers only for HEAD).
+func (x *exchange) write(status int, b []byte) {
 	h := x.w.Header()
 	h.Set("Content-Type", "application/json")
-	h.Set("Content-Length", strconv.Itoa(len(b)+1))
+	h.Set("Content-Length", strconv.Itoa(len(b)))
 	x.w.WriteHeader(status)
 	x.status = status
 	if x.r.Method != http.MethodHead {
-		_, _ = x.w.Write(append(b, '\n'))
+		_, _ = x.w.Write(b)
 	}
 }
 
@@ -232,6 +237,12 @@ func (s *Server) retryAfter(res results.Row) int {
 			_, d = s.breakerOpen()
 		}
 	}
+	return retrySeconds(d)
+}
+
+// retrySeconds is d as a Retry-After: whole seconds rounded up, at least 1,
+// at most a day.
+func retrySeconds(d time.Duration) int {
 	secs := math.Ceil(d.Seconds())
 	if secs < 1 || math.IsNaN(secs) {
 		return 1
