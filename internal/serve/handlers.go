@@ -115,13 +115,11 @@ func (s *Server) classifyItems(x *exchange) {
 	items := *req.Items
 	x.items = len(items)
 	out := make([]results.Row, len(items))
-	ids := make([]string, len(items))
 	seen := make(map[string]bool, len(items))
 	var wg sync.WaitGroup
 	for i, raw := range items {
 		var it textRequest
 		field, msg := decodeStrict(raw, &it)
-		ids[i] = it.RequestID
 		if msg == "" {
 			problem := s.rules.Check(input.Row{ID: it.RequestID, Text: it.Text}, func(id string) bool {
 				dup := seen[id]
@@ -131,7 +129,8 @@ func (s *Server) classifyItems(x *exchange) {
 			field, msg = fieldOf(problem), problem
 		}
 		if msg != "" {
-			out[i] = results.Row{Outcome: outcome.InvalidInput, StartedMs: -1, Error: fmt.Sprintf("items[%d].%s: %s", i, field, msg)}
+			out[i] = results.Row{RequestID: it.RequestID, Outcome: outcome.InvalidInput, StartedMs: -1,
+				Error: fmt.Sprintf("items[%d].%s: %s", i, field, msg)}
 			continue
 		}
 		wg.Add(1)
@@ -140,6 +139,7 @@ func (s *Server) classifyItems(x *exchange) {
 			wg.Done()
 		}) {
 			out[i] = notSent()
+			out[i].RequestID = it.RequestID
 			wg.Done()
 		}
 	}
@@ -149,14 +149,16 @@ func (s *Server) classifyItems(x *exchange) {
 	for i, r := range out {
 		counts[r.Outcome]++
 		s.m.outcome(x.route, r.Outcome)
-		resp.Results[i] = s.item(ids[i], r)
+		resp.Results[i] = s.item(r)
 	}
 	x.outcomes = countsText(counts)
 	x.json(http.StatusOK, resp)
 }
 
-func (s *Server) item(id string, r results.Row) itemResult {
-	it := itemResult{RequestID: id, Status: r.Status(), Outcome: string(r.Outcome), Attempts: r.Attempts}
+// item is a result as the caller sees it; its request id is the one the
+// item gave (the pipeline's results carry it, as do the rows built here).
+func (s *Server) item(r results.Row) itemResult {
+	it := itemResult{RequestID: r.RequestID, Status: r.Status(), Outcome: string(r.Outcome), Attempts: r.Attempts}
 	if r.Label != "" {
 		l, sc := r.Label, results.RoundScore(r.Score)
 		it.Label, it.Score = &l, &sc
