@@ -43,19 +43,6 @@ type serveOptions struct {
 	rowDeadlineSet bool // --row-deadline was given: classify's, refused here
 }
 
-// Serve's own defaults where a server differs from a batch.
-const (
-	// A request that finds every slot busy waits this long, then is
-	// answered 503 at once: callers arrive faster than the model answers,
-	// and a queue would only make every answer late.
-	serveAdmissionWait = 35 * time.Millisecond
-	// One retry: it covers a passing failure (a reset connection, one 503,
-	// a loading model) within the request's deadline, while more would
-	// multiply the load on a provider that is already failing, for callers
-	// that have their own retries and are waiting.
-	serveRetries = 1
-)
-
 // Bounds of serve's own flags.
 const (
 	minMaxBody, maxMaxBody = 1 << 10, 64 << 20
@@ -117,9 +104,9 @@ request: never the text, never the token.`,
 	fs := cmd.Flags()
 	fs.StringVar(&o.addr, "addr", "127.0.0.1:8000", "HOST:PORT to listen on (0.0.0.0:8000: every interface; port 0: any free port, logged)")
 	addProviderFlags(fs, &o.prov)
-	setServeDefault(fs, "admission-wait", shortDuration(serveAdmissionWait),
+	setServeDefault(fs, "admission-wait", shortDuration(serve.DefaultAdmissionWait),
 		"how long a request may wait for a free provider slot; past it the answer is 503 local_capacity, at once, and nothing is sent (0: wait up to --request-timeout; at most --request-timeout)")
-	setServeDefault(fs, "retries", strconv.Itoa(serveRetries),
+	setServeDefault(fs, "retries", strconv.Itoa(serve.DefaultRetries),
 		"retries after a failure that may recover (connection errors, timeouts, 429, 500/502/503/504), within --request-timeout ("+rangeHelp(0, maxRetries)+"; few in a server: callers wait, and retries multiply the load on a failing provider)")
 	fs.Lookup("fallback-model").Usage = "model id, or local, that answers requests while the breaker is open (default: none, requests are answered 503 circuit_open at once)"
 	// A request's deadline is --request-timeout: --row-deadline is classify's.

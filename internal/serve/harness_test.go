@@ -40,11 +40,11 @@ type setup struct {
 
 func defaults() *setup {
 	return &setup{
-		res: resilience.Config{Retries: 1, Concurrency: 8, Timeout: 5 * time.Second},
+		res: resilience.Config{Retries: DefaultRetries, Concurrency: 8, Timeout: 5 * time.Second},
 		cfg: Config{
-			Pipeline:       engine.Config{AdmissionWait: 35 * time.Millisecond, Dedupe: true, ShedStandingQueue: true},
-			RequestTimeout: 15 * time.Second,
-			Grace:          10 * time.Second,
+			Pipeline:       engine.Config{AdmissionWait: DefaultAdmissionWait, Dedupe: true, ShedStandingQueue: true},
+			RequestTimeout: DefaultRequestTimeout,
+			Grace:          DefaultGrace,
 		},
 	}
 }

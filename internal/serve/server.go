@@ -56,6 +56,16 @@ const (
 	DefaultMaxBody        = 1 << 20
 	DefaultMaxItems       = 256
 	DefaultBatchWait      = 5 * time.Millisecond
+
+	// A request that finds every slot busy waits this long, then is
+	// answered 503 at once: callers arrive faster than the model answers,
+	// and a queue would only make every answer late.
+	DefaultAdmissionWait = 35 * time.Millisecond
+	// One retry: it covers a passing failure (a reset connection, one 503,
+	// a loading model) within the request's deadline, while more would
+	// multiply the load on a provider that is already failing, for callers
+	// that have their own retries and are waiting.
+	DefaultRetries = 1
 )
 
 // Server timeouts. A request's own work is bounded by RequestTimeout; these
