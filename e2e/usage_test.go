@@ -40,6 +40,7 @@ func TestUsageErrorsExitTwoWithoutCrash(t *testing.T) {
 		{nil, []string{"classify", in, "--endpoint", "http://127.0.0.1:1 /models/x"}, "is not a valid URL"},
 		{nil, []string{"classify", in, "--endpoint", "http://[::1:bad/x"}, "is not a valid URL"},
 		{nil, []string{"classify", in, "--provider", "local", "--progress", "--no-progress"}, "contradict"},
+		{nil, []string{"queue", "push", in, "--batch", "b", "--progress", "--no-progress"}, "--progress and --no-progress contradict each other; give one"},
 		{[]string{"HF_TOKEN_PATH=" + tokenFile}, []string{"classify", in, "--endpoint", srv.URL}, "token file " + tokenFile + " has a line break"},
 		{nil, []string{"report", huge, "-o", filepath.Join(dir, "x.svg")}, "huge.csv:2: finished_ms 9223372036854775807 is out of range"},
 	} {

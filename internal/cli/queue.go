@@ -231,8 +231,8 @@ func (o *pushOptions) validate() error {
 	if strings.TrimSpace(o.model) == "" {
 		return usageErrorf("--model must not be empty")
 	}
-	if o.progress && o.noProgress {
-		return usageErrorf("--progress and --no-progress contradict each other")
+	if err := contradict("--progress", "--no-progress", o.progress && o.noProgress); err != nil {
+		return err
 	}
 	return o.in.validate()
 }

@@ -328,7 +328,8 @@ func readAll(src Source, rows chan<- readResult, stop <-chan struct{}) {
 // its Next returns ctx's error as soon as ctx ends, even while src is
 // blocked on a pipe whose writer is idle (that goroutine is left behind,
 // still blocked: the caller is about to stop). The run reads its input the
-// same way.
+// same way. Only a plain Source: a PriorSource's rows finished before would
+// lose their prior result here (the run reads those itself).
 func Abandonable(ctx context.Context, src Source) Source {
 	a := &abandonable{ctx: ctx, rows: make(chan readResult)}
 	go readAll(src, a.rows, ctx.Done())
