@@ -34,9 +34,11 @@ gen_csv() {
   awk -v n="$1" -v text="${3:-review}" 'BEGIN { print "request_id,text"; for (i = 0; i < n; i++) printf "r%d,\"%s %d\"\n", i, text, i }' >"$2"
 }
 
+# fake_bin, when set, runs the fake under another name (bench/serve.sh: so
+# that nothing stopping other benchmarks' fakes by name stops its own).
 start_fake() {
   rm -f "$work/addr"
-  "$work/fakeprovider" -addr-file "$work/addr" "$@" 2>"$work/fake.log" &
+  "${fake_bin:-$work/fakeprovider}" -addr-file "$work/addr" "$@" 2>"$work/fake.log" &
   fake_pid=$!
   for _ in $(seq 100); do [[ -s $work/addr ]] && break; sleep 0.05; done
 }

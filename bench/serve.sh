@@ -23,36 +23,32 @@ go build -o "$work/loadgen" ./bench/loadgen
 go build -o "$work/peerserve" ./bench/peerserve
 # The fake under a name of its own, so that nothing stopping other
 # benchmarks' fakes by name stops this one.
-cp "$work/fakeprovider" "$work/serve-bench-fake"
-start_fake() {
-  rm -f "$work/addr"
-  "$work/serve-bench-fake" -addr-file "$work/addr" "$@" 2>"$work/fake.log" &
-  fake_pid=$!
-  for _ in $(seq 100); do [[ -s $work/addr ]] && break; sleep 0.05; done
-}
+fake_bin=$work/serve-bench-fake
+cp "$work/fakeprovider" "$fake_bin"
 
 capacity=$((conc * 1000 / latency_ms))
 serve_pid=""
-trap '[[ -n $serve_pid ]] && kill "$serve_pid" 2>/dev/null; [[ -n $fake_pid ]] && kill "$fake_pid" 2>/dev/null; rm -rf "$work"' EXIT
+trap '[[ -n $serve_pid ]] && kill "$serve_pid" 2>/dev/null; bench_cleanup' EXIT
 
-# start_serve FLAGS...: hfsent serve on a free port, in front of the fake.
-start_serve() {
+# start_server CMD...: a server (hfsent serve, or bench/peerserve) in the
+# background, logging to serve.log; waits for its "listening" line and
+# sets serve_pid and serve_addr.
+start_server() {
   rm -f "$work/serve.log"
-  "$work/hfsent" serve --addr 127.0.0.1:0 --endpoint "http://$(fake_addr)/models/{model}" -c "$conc" "$@" 2>"$work/serve.log" &
+  "$@" 2>"$work/serve.log" &
   serve_pid=$!
   for _ in $(seq 100); do grep -q 'msg=listening' "$work/serve.log" 2>/dev/null && break; sleep 0.05; done
   serve_addr=$(sed -n 's/.*msg=listening addr=\([^ ]*\).*/\1/p' "$work/serve.log")
+}
+
+# start_serve FLAGS...: hfsent serve on a free port, in front of the fake.
+start_serve() {
+  start_server "$work/hfsent" serve --addr 127.0.0.1:0 --endpoint "http://$(fake_addr)/models/{model}" -c "$conc" "$@"
 }
 
 # start_peer: bench/peerserve, the plainest Go service of the same route,
 # in hfsent's place: the floor for CPU per request on this machine.
-start_peer() {
-  rm -f "$work/serve.log"
-  "$work/peerserve" -upstream "http://$(fake_addr)/models/x" -c "$conc" 2>"$work/serve.log" &
-  serve_pid=$!
-  for _ in $(seq 100); do grep -q 'msg=listening' "$work/serve.log" 2>/dev/null && break; sleep 0.05; done
-  serve_addr=$(sed -n 's/.*msg=listening addr=\([^ ]*\).*/\1/p' "$work/serve.log")
-}
+start_peer() { start_server "$work/peerserve" -upstream "http://$(fake_addr)/models/x" -c "$conc"; }
 
 stop_serve() { kill "$serve_pid"; wait "$serve_pid" 2>/dev/null || true; serve_pid=""; }
 
