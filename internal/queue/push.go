@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -55,13 +56,23 @@ const seqBlock = int64(1) << 32
 // is stored, a row that breaks the rules already finished as invalid_input.
 // Pushing the same file again adds nothing; a file with ids already in the
 // batch (from another file) is refused.
-func (db *DB) Push(ctx context.Context, req PushRequest, src Source) (PushResult, error) {
+//
+// A batch created by a push that then fails or is stopped is removed again
+// (unless another push filled it meanwhile): it leaves no empty batch.
+func (db *DB) Push(ctx context.Context, req PushRequest, src Source) (_ PushResult, err error) {
 	if _, _, err := db.Migrate(ctx); err != nil {
 		return PushResult{}, err
 	}
 	b, created, err := db.ensureBatch(ctx, req)
 	if err != nil {
 		return PushResult{}, err
+	}
+	if created {
+		defer func() {
+			if err != nil {
+				db.forget(b)
+			}
+		}()
 	}
 	res := PushResult{Batch: b, Created: created}
 
@@ -70,8 +81,13 @@ func (db *DB) Push(ctx context.Context, req PushRequest, src Source) (PushResult
 		return res, fmt.Errorf("%w at %s: %s", ErrConnect, db.url, summarise(err))
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx))
-	if _, err := tx.Exec(ctx, "select 1 from hfsent.push_lock where batch_id = $1 for update", b.ID); err != nil {
+	locked, err := tx.Exec(ctx, "select 1 from hfsent.push_lock where batch_id = $1 for update", b.ID)
+	if err != nil {
 		return res, fmt.Errorf("locking batch %q for a push: %s", b.Name, summarise(err))
+	}
+	if locked.RowsAffected() == 0 {
+		// Removed while this push waited for its turn (see forget).
+		return res, fmt.Errorf("%w: batch %q was removed while this push waited for it; push again", ErrNoBatch, b.Name)
 	}
 	if req.Digest != "" {
 		if already, err := pushed(ctx, tx, b.ID, req.Digest); err != nil || already {
@@ -156,6 +172,32 @@ func (db *DB) Push(ctx context.Context, req PushRequest, src Source) (PushResult
 	res.Rows, res.Invalid = int64(len(cs.items)), int64(len(cs.invalid))
 	res.Batch.Rows += res.Rows
 	return res, nil
+}
+
+// forget removes batch b, which this push created and then could not fill,
+// unless another push into it has committed meanwhile. It takes the turn
+// pushes take (push_lock), so a push waiting for it finds the batch gone
+// rather than writes into it. It is best effort: the push has failed
+// already, and its own error is the one to report.
+func (db *DB) forget(b *Batch) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_ = pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "select 1 from hfsent.push_lock where batch_id = $1 for update", b.ID); err != nil {
+			return err
+		}
+		var filled bool
+		if err := tx.QueryRow(ctx, "select exists (select 1 from hfsent.push where batch_id = $1)", b.ID).Scan(&filled); err != nil || filled {
+			return err
+		}
+		for _, table := range []string{"worker", "client", "push_lock"} {
+			if _, err := tx.Exec(ctx, "delete from hfsent."+table+" where batch_id = $1", b.ID); err != nil {
+				return err
+			}
+		}
+		_, err := tx.Exec(ctx, "delete from hfsent.batch where id = $1", b.ID)
+		return err
+	})
 }
 
 // channel is the LISTEN/NOTIFY channel of a batch.
@@ -315,8 +357,15 @@ func (c *copySource) Next() bool {
 	return true
 }
 
+// Values is the input row as stored. An invalid_input row's text is not
+// stored: it is never sent, and it may be what made the row invalid (a
+// text of a gigabyte, cut as it was read).
 func (c *copySource) Values() ([]any, error) {
-	return []any{c.batch, c.base + int64(len(c.items)-1), c.row.ID, c.row.Text}, nil
+	text := c.row.Text
+	if c.items[len(c.items)-1].problem != "" {
+		text = ""
+	}
+	return []any{c.batch, c.base + int64(len(c.items)-1), c.row.ID, text}, nil
 }
 
 func (c *copySource) Err() error { return c.readErr }
