@@ -141,6 +141,11 @@ func runClassify(ctx context.Context, o *classifyOptions, ios *IOStreams, log *s
 	if err := o.validate(); err != nil {
 		return err
 	}
+	if o.output == "" || o.output == "-" {
+		if err := ios.checkOut("results"); err != nil {
+			return err
+		}
+	}
 	in, info, closeIn, err := openInput(o, ios)
 	if err != nil {
 		return err

@@ -525,6 +525,11 @@ saying whether it is pending or running.`,
 }
 
 func runExport(ctx context.Context, o *exportOptions, ios *IOStreams) error {
+	if o.output == "" || o.output == "-" {
+		if err := ios.checkOut("rows exported"); err != nil {
+			return err
+		}
+	}
 	db, err := o.db.open(ctx, ios, true, true)
 	if err != nil {
 		return err
