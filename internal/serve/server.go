@@ -178,7 +178,7 @@ func (s *Server) Run(ctx context.Context, ln net.Listener) error {
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
 	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
+	go func() { served <- srv.Serve(&refusalListener{Listener: ln, refused: s.refused}) }()
 	select {
 	case err := <-served:
 		s.Close()
