@@ -15,6 +15,7 @@ import (
 	"sync"
 	"unicode/utf8"
 
+	"github.com/hfsent/hfsent/internal/engine"
 	"github.com/hfsent/hfsent/internal/input"
 	"github.com/hfsent/hfsent/internal/outcome"
 	"github.com/hfsent/hfsent/internal/results"
@@ -116,6 +117,9 @@ func (s *Server) classifyItems(x *exchange) {
 	x.items = len(items)
 	out := make([]results.Row, len(items))
 	seen := make(map[string]bool, len(items))
+	// The items are admitted as one: the request gets its place within the
+	// admission wait, or is refused whole.
+	group := engine.NewGroup()
 	var wg sync.WaitGroup
 	for i, raw := range items {
 		var it textRequest
@@ -134,7 +138,7 @@ func (s *Server) classifyItems(x *exchange) {
 			continue
 		}
 		wg.Add(1)
-		if !s.send(x, input.Row{Seq: int64(i), ID: it.RequestID, Text: it.Text}, func(r results.Row) {
+		if !s.send(x, group, input.Row{Seq: int64(i), ID: it.RequestID, Text: it.Text}, func(r results.Row) {
 			out[i] = r
 			wg.Done()
 		}) {
@@ -144,6 +148,16 @@ func (s *Server) classifyItems(x *exchange) {
 		}
 	}
 	wg.Wait()
+	if refusal, refused := group.Refused(); refused {
+		// No slot within the admission wait: the whole request is refused,
+		// none of it sent, with when to try again.
+		for range out {
+			s.m.outcome(x.route, refusal.Outcome)
+		}
+		x.outcomes = countsText(map[outcome.Code]int{refusal.Outcome: len(out)})
+		s.outcomeError(x, refusal)
+		return
+	}
 	resp := classifyResponse{Results: make([]itemResult, len(out))}
 	counts := map[outcome.Code]int{}
 	for i, r := range out {

@@ -152,6 +152,7 @@ func (s *Server) document() []byte {
 	})
 	classify := bodyErrors(obj{
 		"200": obj{"description": "one result per item, in order, each with its own outcome and status", "content": jsonContent(ref("ClassifyResponse"))},
+		"503": errorResponse(503, "the request got no slot within --admission-wait: its items are admitted as one, so it is refused whole (local_capacity), none of them sent; or the provider asked for a pause, or the server is stopping; Retry-After says when to try again"),
 	})
 	get := func(id, summary string, ok obj) obj {
 		return obj{"get": obj{"operationId": id, "summary": summary, "responses": obj{

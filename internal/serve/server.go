@@ -239,7 +239,7 @@ func (s *Server) Ready() (ready bool, reason string, retry time.Duration) {
 // classify sends one text through the pipeline and waits for its result.
 func (s *Server) classify(x *exchange, row input.Row) results.Row {
 	done := make(chan results.Row, 1)
-	if !s.send(x, row, func(r results.Row) { done <- r }) {
+	if !s.send(x, nil, row, func(r results.Row) { done <- r }) {
 		return notSent()
 	}
 	if s.afterSubmit != nil {
@@ -248,10 +248,10 @@ func (s *Server) classify(x *exchange, row input.Row) results.Row {
 	return <-done
 }
 
-// send submits one text; done receives its result exactly once (from any
-// goroutine). It reports false, and done is never called, when the server
-// is closed.
-func (s *Server) send(x *exchange, row input.Row, done func(results.Row)) bool {
+// send submits one text, of group (nil: alone); done receives its result
+// exactly once (from any goroutine). It reports false, and done is never
+// called, when the server is closed.
+func (s *Server) send(x *exchange, group *engine.Group, row input.Row, done func(results.Row)) bool {
 	s.submit.RLock()
 	defer s.submit.RUnlock()
 	if s.closed {
@@ -263,6 +263,7 @@ func (s *Server) send(x *exchange, row input.Row, done func(results.Row)) bool {
 		Ctx:      x.r.Context(),
 		Deadline: x.start.Add(s.cfg.RequestTimeout),
 		Done:     done,
+		Group:    group,
 	})
 	return true
 }
