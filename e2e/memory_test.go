@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,6 +21,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/hfsent/hfsent/internal/fakehf"
 	"github.com/hfsent/hfsent/internal/queue/pgtest"
 )
 
@@ -256,4 +259,93 @@ func pgConn(t *testing.T, db string) *pgx.Conn {
 	}
 	t.Cleanup(func() { conn.Close(context.Background()) })
 	return conn
+}
+
+// serve with its default flags under many callers each sending a 1 MiB,
+// 256-item /v1/classify body (within the defaults) as fast as they are
+// answered: the bodies it reads and decodes at once are bounded by
+// --body-budget, the rest answered 503 at once without being read, and
+// the process stays well under the 512 MiB the README states. Before, 1,000
+// such callers took it to 4.5 GB. (bench/serve_memory.sh runs the full
+// 1,000 callers and the 63 MB bodies.)
+func TestServeMemoryUnderBigBodies(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a load of 300 callers for 3 s")
+	}
+	fake := &fakehf.Fake{Latency: 20 * time.Millisecond, NoRecord: true}
+	srv := fakehf.Start(fake)
+	defer srv.Close()
+	s := startServeBin(t, plainBin(t), "--endpoint", srv.URL)
+	pid := s.cmd.Process.Pid
+
+	// net/http's client logs each 503 written to a connection turned away
+	// (--max-conns) before its request was sent.
+	log.SetOutput(io.Discard)
+	defer log.SetOutput(os.Stderr)
+	body := bigItemsBody(256, 1<<20)
+	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 300}}
+	defer client.CloseIdleConnections()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	var mu sync.Mutex
+	statuses := map[int]int{}
+	var peak int64
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for ctx.Err() == nil {
+			mu.Lock()
+			peak = max(peak, vmHWM(pid))
+			mu.Unlock()
+			time.Sleep(20 * time.Millisecond)
+		}
+	}()
+	for range 300 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+s.addr+"/v1/classify", bytes.NewReader(body))
+				req.Header.Set("Content-Type", "application/json")
+				resp, err := client.Do(req)
+				if err != nil {
+					continue
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode == http.StatusServiceUnavailable && resp.Header.Get("Retry-After") == "" {
+					t.Error("a 503 without Retry-After")
+				}
+				mu.Lock()
+				statuses[resp.StatusCode]++
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	peak = max(peak, vmHWM(pid))
+	t.Logf("serve, 300 callers of 1 MiB bodies for 3 s: %v; peak RSS %.1f MiB", statuses, float64(peak)/1024)
+	if statuses[http.StatusOK] == 0 || statuses[http.StatusServiceUnavailable] == 0 {
+		t.Fatalf("answers %v: want some answered, and the rest 503", statuses)
+	}
+	if float64(peak)/1024 > 512 {
+		t.Fatalf("peak RSS %.0f MiB, over the 512 MiB stated", float64(peak)/1024)
+	}
+}
+
+// bigItemsBody is {"items": [...]} of n items with different texts, about
+// size bytes in all.
+func bigItemsBody(n, size int) []byte {
+	var b bytes.Buffer
+	b.WriteString(`{"items":[`)
+	text := strings.Repeat("the parcel came late but the support was kind ", size/n/47)
+	for i := range n {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, `{"request_id":"r%d","text":"%d %s"}`, i, i, text)
+	}
+	b.WriteString(`]}`)
+	return b.Bytes()
 }
