@@ -11,9 +11,10 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
-	"unicode/utf8"
 
 	"golang.org/x/sync/semaphore"
+	"golang.org/x/text/encoding"
+	"golang.org/x/text/transform"
 
 	"github.com/hfsent/hfsent/internal/outcome"
 )
@@ -75,14 +76,14 @@ func (b *budget) give(n int64) {
 }
 
 // body is a request body being read: within --max-body, checked to be
-// UTF-8 as it comes, its share of the budget held until done.
+// UTF-8 as it comes (x/text's UTF8Validator, which holds back a character
+// cut between two reads), its share of the budget held until done.
 type body struct {
-	r       io.Reader
-	err     error // the first read error (not io.EOF): why the body stopped
-	pending []byte
-	b       *budget
-	held    int64 // bytes of the budget held
-	size    int64 // bytes it may be: its Content-Length, else --max-body
+	r    io.Reader
+	err  error // why the body stopped being read (not io.EOF)
+	b    *budget
+	held int64 // bytes of the budget held
+	size int64 // bytes it may be: its Content-Length, else --max-body
 }
 
 // errNotUTF8 stops reading a body that is not UTF-8: encoding/json would
@@ -124,7 +125,9 @@ func (s *Server) openBody(x *exchange) *body {
 			"the server is reading as many request bodies as --body-budget (%s) allows; try again after Retry-After", ShowBytes(s.budget.size)), "")
 		return nil
 	}
-	return &body{r: http.MaxBytesReader(x.w, x.r.Body, s.cfg.MaxBody), b: s.budget, held: cost, size: size}
+	b := &body{b: s.budget, held: cost, size: size}
+	b.r = transform.NewReader(reading{http.MaxBytesReader(x.w, x.r.Body, s.cfg.MaxBody), &b.err}, encoding.UTF8Validator)
+	return b
 }
 
 // tooLarge answers 413; the connection is closed after it, so that
@@ -149,46 +152,29 @@ func (b *body) done() {
 }
 
 func (b *body) Read(p []byte) (int, error) {
-	if b.err != nil {
-		return 0, b.err
+	n, err := b.r.Read(p)
+	if errors.Is(err, encoding.ErrInvalidUTF8) {
+		err = errNotUTF8
 	}
-	if len(p) <= len(b.pending) {
-		return 0, io.ErrShortBuffer // never from encoding/json, which reads 512 bytes or more
-	}
-	// A character cut between two reads was held back from the last.
-	k := copy(p, b.pending)
-	b.pending = b.pending[:0]
-	n, err := b.r.Read(p[k:])
-	n += k
-	if err != nil && err != io.EOF {
+	if err != nil && err != io.EOF && b.err == nil {
 		b.err = err
 	}
-	end := n
-	if err == nil {
-		end = completeRunes(p[:n])
-	}
-	if !utf8.Valid(p[:end]) {
-		b.err = errNotUTF8
-		return 0, b.err
-	}
-	b.pending = append(b.pending, p[end:n]...)
-	if err == io.EOF {
-		return end, io.EOF
-	}
-	return end, b.err
+	return n, err
 }
 
-// completeRunes is len(b) less a character cut off at its end.
-func completeRunes(b []byte) int {
-	for i := len(b) - 1; i >= 0 && i >= len(b)-utf8.UTFMax; i-- {
-		if utf8.RuneStart(b[i]) {
-			if utf8.FullRune(b[i:]) {
-				return len(b)
-			}
-			return i
-		}
+// reading records the error a read of the body itself failed with (the
+// connection, --max-body), under the UTF-8 check.
+type reading struct {
+	r   io.Reader
+	err *error
+}
+
+func (r reading) Read(p []byte) (int, error) {
+	n, err := r.r.Read(p)
+	if err != nil && err != io.EOF && *r.err == nil {
+		*r.err = err
 	}
-	return len(b)
+	return n, err
 }
 
 // failed answers a body that could not be decoded: by why reading it

@@ -8,6 +8,9 @@ import (
 	"strings"
 	"testing"
 	"testing/iotest"
+
+	"golang.org/x/text/encoding"
+	"golang.org/x/text/transform"
 )
 
 // wholeItems is how /v1/classify was decoded before it was streamed: the
@@ -77,7 +80,8 @@ func TestBodyUTF8(t *testing.T) {
 		{"caf\xe9", false}, {"\xe2\x82", false}, {"a\xffb", false}, {"\xed\xa0\x80", false},
 	} {
 		for name, wrap := range map[string]func(io.Reader) io.Reader{"whole": func(r io.Reader) io.Reader { return r }, "one byte": iotest.OneByteReader, "half": iotest.HalfReader} {
-			b := &body{r: wrap(strings.NewReader(c.in))}
+			b := &body{}
+			b.r = transform.NewReader(reading{wrap(strings.NewReader(c.in)), &b.err}, encoding.UTF8Validator)
 			var out bytes.Buffer
 			buf := make([]byte, 512)
 			var err error
