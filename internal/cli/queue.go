@@ -36,7 +36,7 @@ type dbOptions struct {
 }
 
 func addDBFlags(fs *pflag.FlagSet, o *dbOptions, batch bool) {
-	fs.StringVar(&o.url, "db", "", "PostgreSQL URL, e.g. postgres://user@host:5432/db (default: $"+dbEnv+"); a password in it is never shown")
+	fs.StringVar(&o.url, "db", "", "PostgreSQL URL, e.g. postgres://user@host:5432/db, or key=value settings (default: $"+dbEnv+"); messages show only its host, port, database and user")
 	if batch {
 		fs.StringVar(&o.batch, "batch", "", "batch name (required)")
 	}
@@ -45,7 +45,8 @@ func addDBFlags(fs *pflag.FlagSet, o *dbOptions, batch bool) {
 // open validates the flags and connects, checking the schema unless
 // migrating.
 func (o *dbOptions) open(ctx context.Context, ios *IOStreams, needBatch, checkSchema bool) (*queue.DB, error) {
-	if o.url == "" {
+	fromEnv := o.url == ""
+	if fromEnv {
 		o.url = ios.getenv(dbEnv)
 	}
 	if strings.TrimSpace(o.url) == "" {
@@ -56,6 +57,9 @@ func (o *dbOptions) open(ctx context.Context, ios *IOStreams, needBatch, checkSc
 	}
 	db, err := queue.Open(ctx, o.url)
 	if err != nil {
+		if fromEnv && errors.Is(err, queue.ErrURL) {
+			err = fmt.Errorf("%w; it came from $%s", err, dbEnv)
+		}
 		return nil, queueError(err)
 	}
 	if checkSchema {
