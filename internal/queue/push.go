@@ -170,16 +170,32 @@ func pushed(ctx context.Context, tx pgx.Tx, batchID int64, digest string) (bool,
 	return n > 0, nil
 }
 
+// overlapCheck finds up to 3 rows of batch $1 pushed from seq $2 on whose
+// ids (trimmed) an earlier push brought, with the file each came from ($3:
+// seqBlock).
+const overlapCheck = `
+select a.request_id, p.source
+from hfsent.input a
+cross join lateral (
+	select o.seq from hfsent.input o
+	where o.batch_id = $1 and o.seq < $2
+	  and hashtextextended(btrim(o.request_id), 0) = hashtextextended(btrim(a.request_id), 0)
+	  and btrim(o.request_id) = btrim(a.request_id)
+	limit 1
+) o
+join hfsent.push p on p.batch_id = $1 and o.seq >= p.first_seq and o.seq < p.first_seq + $3
+where a.batch_id = $1 and a.seq >= $2
+limit 3`
+
 // checkOverlap refuses a push whose ids are already in the batch (from
-// another file: the same file is recognised before).
+// another file: the same file is recognised before). Each new id is looked
+// up on its own (a LATERAL probe with LIMIT: never a join of the new rows
+// with the batch's, which the planner, knowing nothing yet of the rows just
+// copied, made a nested loop of every pair) in the index on the batch's ids
+// as compared (input_id, a hash of the trimmed id), so the check costs the
+// new rows, whatever the batch holds.
 func checkOverlap(ctx context.Context, tx pgx.Tx, b *Batch, base int64, source string) error {
-	rows, err := tx.Query(ctx, `
-		select a.request_id, p.source
-		from hfsent.input a
-		join hfsent.input o on o.batch_id = a.batch_id and o.seq < $2 and btrim(o.request_id) = btrim(a.request_id)
-		join hfsent.push p on p.batch_id = o.batch_id and o.seq >= p.first_seq and o.seq < p.first_seq + $3
-		where a.batch_id = $1 and a.seq >= $2
-		limit 3`, b.ID, base, seqBlock)
+	rows, err := tx.Query(ctx, overlapCheck, b.ID, base, seqBlock)
 	if err != nil {
 		return fmt.Errorf("checking ids against batch %q: %s", b.Name, summarise(err))
 	}
