@@ -1,9 +1,17 @@
 package e2e
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"net/url"
+	"os"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/hfsent/hfsent/internal/fakehf"
 	"github.com/hfsent/hfsent/internal/queue/pgtest"
@@ -89,5 +97,85 @@ func TestQueueDSNPasswordNeverShown(t *testing.T) {
 	r := runBin(t, nil, "queue", "migrate", "--db", works[0])
 	if want := "host=" + u.Hostname() + " port=" + u.Port() + " dbname=" + strings.TrimPrefix(u.Path, "/") + " user=postgres"; !strings.Contains(r.stdout, want) {
 		t.Fatalf("queue migrate names the database as:\n%s\nwant %s", r.stdout, want)
+	}
+}
+
+// queue drop while workers are busy, again and again (a deadlock between
+// the drop and a worker's round trip came about once in six): the drop
+// succeeds, and every worker, with --exit-when-done or without, and one
+// given SIGTERM just after the drop, says its batch was dropped and exits
+// within seconds, never taking the missing batch for a database out of
+// reach; nothing of the batch is left behind.
+func TestQueueDropWhileWorkersRun(t *testing.T) {
+	db := pgtest.URL(t)
+	srv := fakehf.Start(&fakehf.Fake{Latency: 20 * time.Millisecond, NoRecord: true})
+	t.Cleanup(srv.Close)
+	var slowest time.Duration
+	for round := range 10 {
+		batch := fmt.Sprintf("drop%d", round)
+		pushBatch(t, db, batch, clientRows("d", 3000), "--global-cap", "12")
+		ws := []*worker{
+			startWorker(t, db, "--batch", batch, "--endpoint", srv.URL, "-c", "4", "--retries", "0", "--exit-when-done"),
+			startWorker(t, db, "--batch", batch, "--endpoint", srv.URL, "-c", "4", "--retries", "0"),
+			startWorker(t, db, "--batch", batch, "--endpoint", srv.URL, "-c", "4", "--retries", "0", "--exit-when-done", "--poll", "1m"),
+		}
+		waitDone(t, db, batch, 30+round*20)
+		r := runBin(t, qenv(db), "queue", "drop", "--batch", batch, "--yes")
+		dropped := time.Now()
+		if r.code != 0 || !strings.Contains(r.stderr, "dropped") {
+			t.Fatalf("round %d: queue drop: exit %d\n%s", round, r.code, r.stderr)
+		}
+		if round%2 == 1 {
+			// As an operator stops a worker that stays up: it may have
+			// exited already.
+			if err := ws[1].cmd.Process.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
+				t.Fatal(err)
+			}
+		}
+		for i, w := range ws {
+			select {
+			case <-w.done:
+			case <-time.After(20 * time.Second):
+				t.Fatalf("round %d: worker %d still running 20 s after the drop:\n%s", round, i, w.stderr.String())
+			}
+			slowest = max(slowest, time.Since(dropped))
+			e := w.stderr.String()
+			if w.code != 1 || !strings.Contains(e, "was dropped") || strings.Contains(e, "unreachable") || strings.Contains(e, "deadlock") {
+				t.Fatalf("round %d: worker %d: exit %d, want 1 and a word that the batch was dropped, no word of the database being unreachable:\n%s", round, i, w.code, e)
+			}
+		}
+	}
+	t.Logf("the slowest worker exited %s after its batch was dropped", slowest.Round(time.Millisecond))
+
+	// An idle worker (its batch done, waiting for new rows, polling once a
+	// minute) is told by the drop's notification, not a poll or heartbeat
+	// later.
+	pushBatch(t, db, "idle", clientRows("i", 20), "--lease", "1m")
+	idle := startWorker(t, db, "--batch", "idle", "--endpoint", srv.URL, "--poll", "1m")
+	waitDone(t, db, "idle", 20)
+	time.Sleep(200 * time.Millisecond)
+	mustRun(t, qenv(db), "queue", "drop", "--batch", "idle", "--yes")
+	select {
+	case <-idle.done:
+	case <-time.After(5 * time.Second):
+		t.Fatalf("the idle worker still runs 5 s after the drop (its heartbeat comes every 20 s):\n%s", idle.stderr.String())
+	}
+	if idle.code != 1 || !strings.Contains(idle.stderr.String(), "was dropped") {
+		t.Fatalf("idle worker: exit %d\n%s", idle.code, idle.stderr.String())
+	}
+	ctx := context.Background()
+	c, err := pgx.Connect(ctx, db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	for _, table := range []string{"item", "input", "result", "client", "worker", "push", "push_lock"} {
+		var n int
+		if err := c.QueryRow(ctx, "select count(*) from hfsent."+table+" x where not exists (select 1 from hfsent.batch b where b.id = x.batch_id)").Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n != 0 {
+			t.Errorf("%d rows of hfsent.%s outlived their batch", n, table)
+		}
 	}
 }

@@ -92,14 +92,37 @@ func (db *DB) Batches(ctx context.Context) ([]*Batch, error) {
 }
 
 // Drop deletes a batch with its rows and results, and reports how many rows
-// it had.
+// it had. It runs while workers do: it takes the locks in the order every
+// other writer does. First the push lock (a push holds it for its whole
+// transaction, then locks the batch row), then the batch's gate, exclusive
+// (every worker transaction takes it shared before any row: see
+// enterBatch), then the batch row. So it waits for a push and for the
+// workers' transactions under way, never while holding anything one of
+// them waits for, and the workers that come after it find the batch gone.
+// The notification wakes the idle ones to find it.
 func (db *DB) Drop(ctx context.Context, name string) (int64, error) {
 	b, err := db.Batch(ctx, name)
 	if err != nil {
 		return 0, err
 	}
+	gone, rows := false, int64(0)
 	err = pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, "select 1 from hfsent.push_lock where batch_id = $1 for update", b.ID)
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() == 0 {
+			gone = true // dropped meanwhile
+			return nil
+		}
+		if _, err := tx.Exec(ctx, "select pg_advisory_xact_lock("+batchGate+")", b.ID); err != nil {
+			return err
+		}
 		if _, err := tx.Exec(ctx, "select 1 from hfsent.batch where id = $1 for update", b.ID); err != nil {
+			return err
+		}
+		// The rows as of now, pushes since db.Batch read them included.
+		if err := tx.QueryRow(ctx, "select coalesce(sum(rows), 0) from hfsent.push where batch_id = $1", b.ID).Scan(&rows); err != nil {
 			return err
 		}
 		for _, table := range []string{"result", "item", "input", "client", "worker", "push", "push_lock"} {
@@ -107,11 +130,17 @@ func (db *DB) Drop(ctx context.Context, name string) (int64, error) {
 				return err
 			}
 		}
-		_, err := tx.Exec(ctx, "delete from hfsent.batch where id = $1", b.ID)
+		if _, err := tx.Exec(ctx, "delete from hfsent.batch where id = $1", b.ID); err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, "select pg_notify($1, 'dropped')", channel(b.ID))
 		return err
 	})
 	if err != nil {
 		return 0, fmt.Errorf("dropping batch %q: %s", name, summarise(err))
 	}
-	return b.Rows, nil
+	if gone {
+		return 0, fmt.Errorf("%w %q at %s: it was dropped meanwhile", ErrNoBatch, name, db.url)
+	}
+	return rows, nil
 }

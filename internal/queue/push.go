@@ -70,8 +70,11 @@ func (db *DB) Push(ctx context.Context, req PushRequest, src Source) (PushResult
 		return res, fmt.Errorf("%w at %s: %s", ErrConnect, db.url, summarise(err))
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx))
-	if _, err := tx.Exec(ctx, "select 1 from hfsent.push_lock where batch_id = $1 for update", b.ID); err != nil {
+	if tag, err := tx.Exec(ctx, "select 1 from hfsent.push_lock where batch_id = $1 for update", b.ID); err != nil {
 		return res, fmt.Errorf("locking batch %q for a push: %s", b.Name, summarise(err))
+	} else if tag.RowsAffected() == 0 {
+		// queue drop deleted it while this push waited for its turn.
+		return res, fmt.Errorf("%w: batch %q was dropped (queue drop) while this push waited for it; push again to create it anew", ErrRefused, b.Name)
 	}
 	if req.Digest != "" {
 		if already, err := pushed(ctx, tx, b.ID, req.Digest); err != nil || already {
