@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unicode"
 
 	"github.com/jackc/pgx/v5"
 
@@ -177,5 +178,69 @@ func TestQueueDropWhileWorkersRun(t *testing.T) {
 		if n != 0 {
 			t.Errorf("%d rows of hfsent.%s outlived their batch", n, table)
 		}
+	}
+}
+
+// hasControl reports whether s holds a control character other than the
+// newline that ends each line of output, or a formatting character (a
+// bidirectional override).
+func hasControl(s string) bool {
+	return strings.IndexFunc(s, func(r rune) bool {
+		return r != '\n' && (unicode.IsControl(r) || unicode.Is(unicode.Cf, r))
+	}) >= 0
+}
+
+// Batch names with control characters (a newline that forges a line in
+// queue list, an ANSI escape, a bidirectional override) or over 200
+// characters are refused by push (exit 2, nothing created); names already
+// in the database (an older hfsent let them in), and the client, model and
+// host names status shows, are printed escaped by queue list and status.
+func TestQueueBatchNamesRefusedAndEscaped(t *testing.T) {
+	db := pgtest.URL(t)
+	in := queueCSV(t, t.TempDir(), "in.csv", [][3]string{{"r1", "one", "team\x1b[2Jred"}, {"r2", "two", "blue\nteam"}})
+	mustRun(t, qenv(db), "queue", "migrate")
+	for _, name := range []string{"nightly\nfake 999 rows", "x\x1b[31mred", "a\u202eb", "tab\there", strings.Repeat("n", 201)} {
+		r := runBin(t, qenv(db), "queue", "push", in, "--batch", name, "--no-progress")
+		if r.code != 2 || !strings.Contains(r.stderr, "--batch") || hasControl(r.stderr) {
+			t.Errorf("push --batch %q: exit %d, want 2 and a message naming --batch with the name escaped:\n%q", name, r.code, r.stderr)
+		}
+	}
+	if r := mustRun(t, qenv(db), "queue", "list"); strings.Count(r.stdout, "\n") != 1 {
+		t.Fatalf("a refused push created a batch:\n%s", r.stdout)
+	}
+	long := strings.Repeat("é", 200)
+	mustRun(t, qenv(db), "queue", "push", in, "--batch", long, "--no-progress", "--client-column", "client")
+	mustRun(t, qenv(db), "queue", "push", in, "--batch", "plain", "--no-progress", "--model", "m\x1b]0;title\a")
+
+	// As an older hfsent let them in.
+	ctx := context.Background()
+	c, err := pgx.Connect(ctx, db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	evil := "evil\nplain        999999          8 -            2020-01-01T00:00:00Z forged\x1b[31m"
+	if _, err := c.Exec(ctx, `update hfsent.batch set name = $1 where name = $2`, evil, long); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Exec(ctx, `insert into hfsent.worker (batch_id, id, host, pid) select id, 'w1', E'host\x1b[1m', 1 from hfsent.batch where name = $1`, evil); err != nil {
+		t.Fatal(err)
+	}
+	list := mustRun(t, qenv(db), "queue", "list").stdout
+	if hasControl(list) || strings.Count(list, "\n") != 3 || !strings.Contains(list, `"evil\nplain`) || !strings.Contains(list, `"m\x1b]0;title\a"`) {
+		t.Fatalf("queue list prints names raw (want 3 lines, names escaped):\n%s", list)
+	}
+	st := mustRun(t, qenv(db), "queue", "status", "--batch", evil).stdout
+	for _, want := range []string{`"evil\nplain`, `"team\x1b[2Jred"`, `"blue\nteam"`, `"host\x1b[1m"`} {
+		if !strings.Contains(st, want) {
+			t.Errorf("queue status does not show %s:\n%s", want, st)
+		}
+	}
+	if hasControl(st) || strings.Count(st, "\n") != 10 {
+		t.Fatalf("queue status prints names raw:\n%q", st)
+	}
+	st = mustRun(t, qenv(db), "queue", "status", "--batch", "plain").stdout
+	if hasControl(st) || !strings.Contains(st, `(model "m\x1b]0;title\a"`) {
+		t.Fatalf("queue status prints the model raw:\n%q", st)
 	}
 }

@@ -75,7 +75,7 @@ func (o *dbOptions) open(ctx context.Context, ios *IOStreams, needBatch, checkSc
 // a database down, no schema or a newer one, no such batch, a refused push)
 // are exit 2; anything else, a failure on the way, exit 1.
 func queueError(err error) error {
-	for _, k := range []error{queue.ErrURL, queue.ErrConnect, queue.ErrNoSchema, queue.ErrNewer, queue.ErrNoBatch, queue.ErrRefused, queue.ErrMigration} {
+	for _, k := range []error{queue.ErrURL, queue.ErrConnect, queue.ErrNoSchema, queue.ErrNewer, queue.ErrNoBatch, queue.ErrRefused, queue.ErrMigration, queue.ErrName} {
 		if errors.Is(err, k) {
 			return usageError(err)
 		}
@@ -234,6 +234,11 @@ func (o *pushOptions) validate() error {
 	}
 	if strings.TrimSpace(o.model) == "" {
 		return usageErrorf("--model must not be empty")
+	}
+	if o.db.batch != "" {
+		if err := queue.CheckName(o.db.batch); err != nil {
+			return usageError(err)
+		}
 	}
 	if err := contradict("--progress", "--no-progress", o.progress && o.noProgress); err != nil {
 		return err
@@ -428,7 +433,10 @@ func runStatus(ctx context.Context, o *statusOptions, ios *IOStreams) error {
 func formatStatus(st *queue.Status) string {
 	var b strings.Builder
 	bt := st.Batch
-	fmt.Fprintf(&b, "batch:    %s (model %s, created %s)\n", bt.Name, bt.Model, bt.CreatedAt.UTC().Format(time.RFC3339))
+	// Every name below comes from the database: shown through
+	// queue.Printable, so none forges a line or runs a terminal escape.
+	show := queue.Printable
+	fmt.Fprintf(&b, "batch:    %s (model %s, created %s)\n", show(bt.Name), show(bt.Model), bt.CreatedAt.UTC().Format(time.RFC3339))
 	reserved := ""
 	if st.Reserved > 0 {
 		reserved = fmt.Sprintf(" (%d reserved)", st.Reserved)
@@ -454,9 +462,9 @@ func formatStatus(st *queue.Status) string {
 		if bt.ClientCap > 0 {
 			capText = fmt.Sprintf("--client-cap %d", bt.ClientCap)
 		}
-		fmt.Fprintf(&b, "clients:  %d with rows left (column %s, %s)", st.NClients, bt.ClientColumn, capText)
+		fmt.Fprintf(&b, "clients:  %d with rows left (column %s, %s)", st.NClients, show(bt.ClientColumn), capText)
 		for _, c := range st.Clients {
-			fmt.Fprintf(&b, "\n          %-20s %d running, %d pending", c.Client, c.Running, c.Pending)
+			fmt.Fprintf(&b, "\n          %-20s %d running, %d pending", show(c.Client), c.Running, c.Pending)
 		}
 		b.WriteString("\n")
 	}
@@ -464,7 +472,7 @@ func formatStatus(st *queue.Status) string {
 	ws := append([]queue.WorkerSeen(nil), st.Workers...)
 	sort.Slice(ws, func(i, j int) bool { return ws[i].ID < ws[j].ID })
 	for _, w := range ws {
-		fmt.Fprintf(&b, "\n          %s (%s pid %d, %s ago)", w.ID, w.Host, w.PID, w.Seen.Round(time.Second))
+		fmt.Fprintf(&b, "\n          %s (%s pid %d, %s ago)", show(w.ID), show(w.Host), w.PID, w.Seen.Round(time.Second))
 	}
 	b.WriteString("\n")
 	fmt.Fprintf(&b, "rate:     %d rows in the last minute", st.PerMinute)
@@ -591,9 +599,11 @@ func newQueueListCmd(ios *IOStreams, g *globalOptions) *cobra.Command {
 			for _, b := range bs {
 				cc := "-"
 				if b.ClientCap > 0 {
-					cc = fmt.Sprintf("%d/%s", b.ClientCap, b.ClientColumn)
+					cc = fmt.Sprintf("%d/%s", b.ClientCap, queue.Printable(b.ClientColumn))
 				}
-				fmt.Fprintf(ios.Out, "%-24s %10d %10d %-12s %-20s %s\n", b.Name, b.Rows, b.GlobalCap, cc, b.CreatedAt.UTC().Format("2006-01-02T15:04:05Z"), b.Model)
+				// Names from the database, escaped: none forges a row.
+				fmt.Fprintf(ios.Out, "%-24s %10d %10d %-12s %-20s %s\n", queue.Printable(b.Name), b.Rows, b.GlobalCap, cc,
+					b.CreatedAt.UTC().Format("2006-01-02T15:04:05Z"), queue.Printable(b.Model))
 			}
 			return nil
 		},

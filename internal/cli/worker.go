@@ -138,7 +138,7 @@ func runWorker(ctx context.Context, o *workerOptions, ios *IOStreams, log *slog.
 	}
 	if model != b.Model {
 		return usageErrorf("batch %q is for model %s, this worker's is %s: start it with --model %s (or --provider local for a batch pushed with --model %s)",
-			b.Name, b.Model, model, b.Model, provider.LocalModel)
+			b.Name, queue.Printable(b.Model), queue.Printable(model), queue.Printable(b.Model), provider.LocalModel)
 	}
 
 	host, _ := os.Hostname()

@@ -5,7 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"strconv"
+	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -16,6 +20,46 @@ func mustSub() fs.FS {
 		panic(err) // the embedded directory is fixed at build time
 	}
 	return sub
+}
+
+// MaxNameChars bounds a batch name, in characters.
+const MaxNameChars = 200
+
+// CheckName refuses a batch name that could not be shown as it is: one
+// with a control or formatting character (a newline, an ANSI escape, a
+// bidirectional override: forged lines in an operator's table, escapes run
+// by a terminal), bytes that are not UTF-8, or more than MaxNameChars
+// characters. A name already in the database is shown through Printable.
+func CheckName(name string) error {
+	if !utf8.ValidString(name) {
+		return fmt.Errorf("%w: the batch name %s is not UTF-8", ErrName, Printable(name))
+	}
+	if n := utf8.RuneCountInString(name); n > MaxNameChars {
+		return fmt.Errorf("%w: the batch name has %d characters, over %d", ErrName, n, MaxNameChars)
+	}
+	for i, r := range []rune(name) {
+		if unicode.IsControl(r) || unicode.In(r, unicode.Cf, unicode.Zl, unicode.Zp) {
+			return fmt.Errorf("%w: the batch name %s holds %U at character %d: a name may hold letters, digits, punctuation, symbols and spaces",
+				ErrName, Printable(name), r, i+1)
+		}
+	}
+	return nil
+}
+
+// ErrName is a batch name CheckName refuses.
+var ErrName = errors.New("bad --batch name")
+
+// Printable is s as it may reach a terminal or a table: as is when every
+// character of it prints (letters, marks, digits, punctuation, symbols,
+// spaces), else quoted with Go's escapes (\n, \x1b, \u202e), so that text
+// from the database (batch, client, model and host names) never forges a
+// line or runs an escape. A value that begins with a double quote is
+// quoted too, so that a quoted value is never mistaken for a plain one.
+func Printable(s string) string {
+	if strings.HasPrefix(s, `"`) || !utf8.ValidString(s) || strings.IndexFunc(s, func(r rune) bool { return !unicode.IsPrint(r) }) >= 0 {
+		return strconv.Quote(s)
+	}
+	return s
 }
 
 // Spec is what a batch is created with.

@@ -20,7 +20,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -131,17 +130,10 @@ func describe(c pgconn.Config) string {
 // (Go syntax), so that it reads as one word and no byte of it reaches a
 // terminal unescaped.
 func dsnValue(v string) string {
-	plain := v != ""
-	for _, r := range v {
-		if r == ' ' || r == '"' || r == '\\' || r == '\'' || !unicode.IsPrint(r) {
-			plain = false
-			break
-		}
+	if v == "" || strings.ContainsAny(v, ` \'`) {
+		return strconv.Quote(v)
 	}
-	if plain {
-		return v
-	}
-	return strconv.Quote(v)
+	return Printable(v)
 }
 
 // parseProblem says why pgx could not parse a --db value, in words of its

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"unicode"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -103,5 +104,31 @@ func TestOverlapCheckFindsTrimmedIDsAndTakesLongOnes(t *testing.T) {
 	res := push(t, db, s, "d4", [][3]string{{long + "y", "t", ""}, {"a2", "t", ""}})
 	if res.Rows != 2 || res.Invalid != 0 {
 		t.Fatalf("new ids, one of 20,001 characters: %+v", res)
+	}
+}
+
+func TestCheckNameAndPrintable(t *testing.T) {
+	for _, ok := range []string{"nightly", "team a/2026-01 (retry #2)", "café ☕", strings.Repeat("é", MaxNameChars)} {
+		if err := CheckName(ok); err != nil {
+			t.Errorf("%q refused: %v", ok, err)
+		}
+		if Printable(ok) != ok {
+			t.Errorf("%q shown as %s", ok, Printable(ok))
+		}
+	}
+	for _, bad := range []string{"a\nb", "a\rb", "x\x1b[31m", "a\u202eb", "zero\u200bwidth", "line\u2028sep", "del\x7f", "c1\u0085", "\xff", strings.Repeat("n", MaxNameChars+1)} {
+		err := CheckName(bad)
+		if !errors.Is(err, ErrName) {
+			t.Errorf("%q accepted: %v", bad, err)
+			continue
+		}
+		if strings.IndexFunc(err.Error(), func(r rune) bool { return !unicode.IsPrint(r) }) >= 0 {
+			t.Errorf("%q: the message holds it raw: %q", bad, err)
+		}
+	}
+	for in, want := range map[string]string{"a\nb": `"a\nb"`, "x\x1b[31m": `"x\x1b[31m"`, `"quoted"`: `"\"quoted\""`, "a\u202eb": `"a\u202eb"`, "\xff": `"\xff"`} {
+		if got := Printable(in); got != want {
+			t.Errorf("Printable(%q) = %s, want %s", in, got, want)
+		}
 	}
 }

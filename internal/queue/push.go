@@ -217,7 +217,7 @@ func checkOverlap(ctx context.Context, tx pgx.Tx, b *Batch, base int64, source s
 	}
 	if len(ids) > 0 {
 		return fmt.Errorf("%w: %s has ids already in batch %q (pushed from %s), e.g. %s; push it into another batch (--batch), or give the rows new ids",
-			ErrRefused, source, b.Name, from, strings.Join(ids, ", "))
+			ErrRefused, source, b.Name, Printable(from), strings.Join(ids, ", "))
 	}
 	return nil
 }
@@ -226,6 +226,9 @@ func checkOverlap(ctx context.Context, tx pgx.Tx, b *Batch, base int64, source s
 // with the existing one's.
 func (db *DB) ensureBatch(ctx context.Context, req PushRequest) (*Batch, bool, error) {
 	s := req.Spec
+	if err := CheckName(s.Name); err != nil {
+		return nil, false, err
+	}
 	var cc, cl any
 	if s.ClientColumn != "" {
 		cc = s.ClientColumn
@@ -273,8 +276,9 @@ func (db *DB) ensureBatch(ctx context.Context, req PushRequest) (*Batch, bool, e
 		{"max-chars", b.MaxChars, s.MaxChars},
 	} {
 		if given(c.flag) && c.have != c.want {
-			return nil, false, fmt.Errorf("%w: batch %q was created with --%s %v; a push cannot change it (drop the batch, or push into a new one)",
-				ErrRefused, b.Name, c.flag, c.have)
+			have := fmt.Sprint(c.have)
+			return nil, false, fmt.Errorf("%w: batch %q was created with --%s %s; a push cannot change it (drop the batch, or push into a new one)",
+				ErrRefused, b.Name, c.flag, Printable(have))
 		}
 	}
 	return b, false, nil
