@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"regexp"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -242,5 +244,86 @@ func TestQueueBatchNamesRefusedAndEscaped(t *testing.T) {
 	st = mustRun(t, qenv(db), "queue", "status", "--batch", "plain").stdout
 	if hasControl(st) || !strings.Contains(st, `(model "m\x1b]0;title\a"`) {
 		t.Fatalf("queue status prints the model raw:\n%q", st)
+	}
+}
+
+// A row redone after its worker was killed with -9 says in the export how
+// many times the provider saw it: the killed worker's call counts (it
+// wrote no result), beside the call that finished the row.
+func TestQueueKill9AttemptsCountTheLostCall(t *testing.T) {
+	db := pgtest.URL(t)
+	fake := &fakehf.Fake{Latency: 40 * time.Millisecond}
+	srv := fakehf.Start(fake)
+	defer srv.Close()
+	rows := append(clientRows("a", 150), clientRows("b", 150)...)
+	// Two clients: no reserved rows, so every row sent was claimed first.
+	pushBatch(t, db, "k9a", rows, "--global-cap", "8", "--lease", "2s", "--client-column", "client")
+	victim := startWorker(t, db, "--batch", "k9a", "--endpoint", srv.URL, "-c", "4", "--retries", "0")
+	waitDone(t, db, "k9a", 20)
+	if err := victim.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	victim.wait(t)
+	for i := range 2 {
+		w := startWorker(t, db, "--batch", "k9a", "--endpoint", srv.URL, "-c", "4", "--retries", "0", "--exit-when-done")
+		if code := w.wait(t); code != 0 {
+			t.Fatalf("worker %d: exit %d\n%s", i, code, w.stderr.String())
+		}
+	}
+	seen := fake.Seen()
+	twice := 0
+	for i, r := range exportRows(t, db, "k9a") {
+		n := seen[rows[i][1]]
+		if n == 2 {
+			twice++
+		}
+		if r["outcome"] != "success" || r["attempts"] != fmt.Sprint(n) {
+			t.Errorf("%s: %s with attempts=%s; the provider saw it %d times", r["request_id"], r["outcome"], r["attempts"], n)
+		}
+	}
+	if twice == 0 {
+		t.Fatal("no row was sent twice: the killed worker had nothing in flight, so nothing was tested")
+	}
+}
+
+// Pushes into one batch at once each report the rows in the batch as of
+// their own commit: with six pushes of 500 rows, the six counts are 500,
+// 1000 ... 3000, one each; a push of a file pushed before reports them all.
+func TestQueueConcurrentPushesCountTheBatch(t *testing.T) {
+	db := pgtest.URL(t)
+	mustRun(t, qenv(db), "queue", "migrate")
+	dir := t.TempDir()
+	const pushes, n = 6, 500
+	var files []string
+	for i := range pushes {
+		files = append(files, queueCSV(t, dir, fmt.Sprintf("in%d.csv", i), clientRows(fmt.Sprintf("p%d", i), n)))
+	}
+	out := make([]result, pushes)
+	var wg sync.WaitGroup
+	for i, f := range files {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out[i] = runBin(t, qenv(db), "queue", "push", f, "--batch", "many", "--no-progress")
+		}()
+	}
+	wg.Wait()
+	counts := map[int]int{}
+	re := regexp.MustCompile(`; (\d+) rows in the batch`)
+	for i, r := range out {
+		m := re.FindStringSubmatch(r.stderr)
+		if r.code != 0 || m == nil {
+			t.Fatalf("push %d: exit %d\n%s", i, r.code, r.stderr)
+		}
+		counts[int(atoi(t, m[1]))]++
+	}
+	for k := 1; k <= pushes; k++ {
+		if counts[k*n] != 1 {
+			t.Fatalf("the pushes reported these rows in the batch (count: pushes): %v; want %d, %d ... %d once each", counts, n, 2*n, pushes*n)
+		}
+	}
+	r := mustRun(t, qenv(db), "queue", "push", files[0], "--batch", "many", "--no-progress")
+	if !strings.Contains(r.stderr, fmt.Sprintf("nothing added (%d rows in the batch)", pushes*n)) {
+		t.Fatalf("pushing a file again:\n%s", r.stderr)
 	}
 }

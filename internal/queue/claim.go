@@ -175,6 +175,13 @@ with u as (
 )
 select pg_notify($4, 'backpressure') from u`
 
+// lostClaims counts, for a result of claim d.attempt of a row whose
+// result so far is p (none: null), the claims before this one that wrote
+// none: their worker stopped (killed, or stalled past its lease) after it
+// had sent the row, as a worker sends a row once it claims it. Each counts
+// as one provider call, the least it made (see result.claims).
+const lostClaims = `greatest(0, d.attempt - 1 - coalesce(p.claims, 0))`
+
 // complete writes results, fenced: a row is written only while it is still
 // running under this owner and this attempt. A retry records the failure
 // as the row's last and puts it back; a give-back undoes the claim.
@@ -200,15 +207,17 @@ q as (
 	from upd, hfsent.batch b where b.id = $1
 ),
 res as (
-	insert into hfsent.result as r (batch_id, seq, outcome, label, score, model, attempts, latency_ms, error,
+	insert into hfsent.result as r (batch_id, seq, outcome, label, score, model, attempts, claims, latency_ms, error,
 	                                queued_ms, started_ms, finished_ms, finished_at, worker)
-	select $1, d.seq, d.outcome, d.label, d.score, d.model, d.attempts, d.latency_ms, d.error,
+	select $1, d.seq, d.outcome, d.label, d.score, d.model,
+	       coalesce(p.attempts, 0) + ` + lostClaims + ` + d.attempts, d.attempt, d.latency_ms, d.error,
 	       q.queued, case when d.wait_ms >= 0 then q.queued + d.wait_ms end, q.queued + d.total_ms, clock_timestamp(), $15
 	from d join q on q.seq = d.seq
+	left join hfsent.result p on p.batch_id = $1 and p.seq = d.seq
 	where d.action <> 'giveback'
 	on conflict (batch_id, seq) do update set
 		outcome = excluded.outcome, label = excluded.label, score = excluded.score, model = excluded.model,
-		attempts = r.attempts + excluded.attempts, latency_ms = excluded.latency_ms, error = excluded.error,
+		attempts = excluded.attempts, claims = excluded.claims, latency_ms = excluded.latency_ms, error = excluded.error,
 		queued_ms = excluded.queued_ms, started_ms = excluded.started_ms, finished_ms = excluded.finished_ms,
 		finished_at = excluded.finished_at, worker = excluded.worker
 )
@@ -781,14 +790,19 @@ l as (
 	from (select client, min(seq) as seq from x where state = 'pending' group by client) m
 	where c.batch_id = $1 and c.client = m.client and m.seq < c.pending_from
 ),
+-- A row done with its last failure keeps it; its attempts gain the claims
+-- lost since (this one included), one provider call each.
 r as (
-	insert into hfsent.result (batch_id, seq, outcome, error, queued_ms, started_ms, finished_ms, worker)
+	insert into hfsent.result as r (batch_id, seq, outcome, error, attempts, claims, queued_ms, started_ms, finished_ms, worker)
 	select $1, x.seq, 'upstream_failed',
 	       'no result: the worker holding it stopped (crashed or stalled past its lease) on each of ' || x.attempt || ' attempts',
+	       coalesce(p.attempts, 0) + greatest(0, x.attempt - coalesce(p.claims, 0)), x.attempt,
 	       greatest(0, (extract(epoch from x.claimed_at - x.started_at) * 1000)::bigint), null,
 	       greatest(0, (extract(epoch from t.now - x.started_at) * 1000)::bigint), ''
-	from x, t where x.state = 'done'
-	on conflict (batch_id, seq) do nothing
+	from x cross join t
+	left join hfsent.result p on p.batch_id = $1 and p.seq = x.seq
+	where x.state = 'done'
+	on conflict (batch_id, seq) do update set attempts = excluded.attempts, claims = excluded.claims
 ),
 n as (select pg_notify($2, 'rescue') from x limit 1)
 select count(*) filter (where state = 'pending'), count(*) filter (where state = 'done') from x, (select count(*) from n) nn`

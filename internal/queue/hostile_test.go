@@ -2,14 +2,18 @@ package queue
 
 import (
 	"context"
+	"encoding/csv"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 	"unicode"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/hfsent/hfsent/internal/results"
 )
 
 // planWork sums, over every node of an EXPLAIN (ANALYZE, FORMAT JSON)
@@ -129,6 +133,104 @@ func TestCheckNameAndPrintable(t *testing.T) {
 	for in, want := range map[string]string{"a\nb": `"a\nb"`, "x\x1b[31m": `"x\x1b[31m"`, `"quoted"`: `"\"quoted\""`, "a\u202eb": `"a\u202eb"`, "\xff": `"\xff"`} {
 		if got := Printable(in); got != want {
 			t.Errorf("Printable(%q) = %s, want %s", in, got, want)
+		}
+	}
+}
+
+// exportAttempts exports batch name and returns each row's outcome and
+// attempts, by id.
+func exportAttempts(t *testing.T, db *DB, name string) map[string]string {
+	t.Helper()
+	var b strings.Builder
+	w, err := results.NewWriter(&b, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch, err := db.Batch(context.Background(), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Export(context.Background(), batch, w, false); err != nil {
+		t.Fatal(err)
+	}
+	recs, err := csv.NewReader(strings.NewReader(b.String())).ReadAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, f := range recs[1:] {
+		out[f[0]] = f[4] + " " + f[6]
+	}
+	return out
+}
+
+// claimSoon claims until n rows come (rescued rows are due after a backoff).
+func claimSoon(t *testing.T, s *Session, n int) []Claimed {
+	t.Helper()
+	var got []Claimed
+	for deadline := time.Now().Add(5 * time.Second); len(got) < n && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		out, err := s.Cycle(context.Background(), CycleIn{Want: n - len(got)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, out.Claimed...)
+	}
+	if len(got) != n {
+		t.Fatalf("claimed %d rows, want %d", len(got), n)
+	}
+	return got
+}
+
+// attempts counts the provider calls of every claim of a row: those its
+// results reported, and one for each claim whose worker stopped without a
+// result (it had sent the row), whether the row is then redone, finished
+// with its last failure when its attempts are used up, or still waiting.
+func TestAttemptsCountClaimsLostWithTheirWorker(t *testing.T) {
+	db := openDB(t)
+	ctx := context.Background()
+	s := spec("lost")
+	s.Lease, s.MaxAttempts = 200*time.Millisecond, 3
+	b := push(t, db, s, "d", gen("r", 3, "c")).Batch
+	a := db.NewSession(b, "A", 0)
+	claimSoon(t, a, 3) // A sends all three and is killed
+	time.Sleep(300 * time.Millisecond)
+	other := db.NewSession(b, "B", time.Minute)
+	if _, back, _, err := other.Heartbeat(ctx, "h", 1, nil); err != nil || back != 3 {
+		t.Fatalf("rescue: %d back, %v", back, err)
+	}
+	if got := exportAttempts(t, db, "lost"); got["r0002"] != "not_attempted 1" {
+		t.Fatalf("a row waiting after a lost claim: %s, want attempts 1", got["r0002"])
+	}
+	// B redoes two rows: one in one call, one failed after two calls
+	// (retried within the claim) and put back.
+	cs := claimSoon(t, other, 2)
+	ok, failed := cs[0], cs[1]
+	done := succeed([]Claimed{ok}, "B")
+	done = append(done, Completion{Seq: failed.Seq, Attempt: failed.Attempt, Action: Retry, Outcome: "upstream_timeout", Error: "slow",
+		Attempts: 2, WaitMs: 0, TotalMs: 3})
+	if out, err := other.Cycle(ctx, CycleIn{Done: done}); err != nil || out.Written != 2 {
+		t.Fatalf("B's results: %+v %v", out, err)
+	}
+	// C claims the other two and is killed too: the failed row has used
+	// its three attempts.
+	c := db.NewSession(b, "C", 200*time.Millisecond)
+	rest := claimSoon(t, c, 2)
+	time.Sleep(300 * time.Millisecond)
+	if _, back, exhausted, err := other.Heartbeat(ctx, "h", 1, nil); err != nil || back != 1 || exhausted != 1 {
+		t.Fatalf("second rescue: %d back, %d exhausted, %v", back, exhausted, err)
+	}
+	waiting := rest[0].RequestID
+	if waiting == failed.RequestID {
+		waiting = rest[1].RequestID
+	}
+	got := exportAttempts(t, db, "lost")
+	for id, want := range map[string]string{
+		ok.RequestID:     "success 2",          // A's lost call, B's call
+		failed.RequestID: "upstream_timeout 4", // A's, B's two, C's
+		waiting:          "not_attempted 2",    // A's, C's; pending again
+	} {
+		if got[id] != want {
+			t.Errorf("%s: %s, want %s", id, got[id], want)
 		}
 	}
 }

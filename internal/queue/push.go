@@ -79,6 +79,9 @@ func (db *DB) Push(ctx context.Context, req PushRequest, src Source) (PushResult
 	if req.Digest != "" {
 		if already, err := pushed(ctx, tx, b.ID, req.Digest); err != nil || already {
 			res.Already = already
+			if err == nil {
+				err = batchRows(ctx, tx, b)
+			}
 			return res, err
 		}
 	}
@@ -109,6 +112,9 @@ func (db *DB) Push(ctx context.Context, req PushRequest, src Source) (PushResult
 		digest = req.DigestAfter()
 		if already, err := pushed(ctx, tx, b.ID, digest); err != nil || already {
 			res.Already = already
+			if err == nil {
+				err = batchRows(ctx, tx, b)
+			}
 			return res, err
 		}
 	}
@@ -145,6 +151,9 @@ func (db *DB) Push(ctx context.Context, req PushRequest, src Source) (PushResult
 		b.ID, digest, req.Source, base, int64(len(cs.items))); err != nil {
 		return res, fmt.Errorf("recording the push into batch %q: %s", b.Name, summarise(err))
 	}
+	if err := batchRows(ctx, tx, b); err != nil {
+		return res, err
+	}
 	if len(cs.items) > len(cs.invalid) {
 		if _, err := tx.Exec(ctx, "update hfsent.batch set finished_at = null where id = $1", b.ID); err != nil {
 			return res, fmt.Errorf("updating batch %q: %s", b.Name, summarise(err))
@@ -157,8 +166,17 @@ func (db *DB) Push(ctx context.Context, req PushRequest, src Source) (PushResult
 		return res, fmt.Errorf("committing the push into batch %q: %s", b.Name, summarise(err))
 	}
 	res.Rows, res.Invalid = int64(len(cs.items)), int64(len(cs.invalid))
-	res.Batch.Rows += res.Rows
 	return res, nil
+}
+
+// batchRows sets b.Rows to the rows of the batch as tx sees them holding the
+// push lock: every push before this one, and this one's, whatever pushes
+// ran beside it (b.Rows, read before the lock, may miss them).
+func batchRows(ctx context.Context, tx pgx.Tx, b *Batch) error {
+	if err := tx.QueryRow(ctx, "select coalesce(sum(rows), 0) from hfsent.push where batch_id = $1", b.ID).Scan(&b.Rows); err != nil {
+		return fmt.Errorf("counting the rows of batch %q: %s", b.Name, summarise(err))
+	}
+	return nil
 }
 
 // channel is the LISTEN/NOTIFY channel of a batch.
