@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # A second push into an existing batch: ROWS rows pushed into a fresh batch,
-# then ROWS more rows (other ids) pushed into the same batch. The second
+# then ROWS more rows (other ids; SECOND rows, when set) pushed into the same
+# batch. The second
 # push checks its ids against the batch's (the overlap check): its wall time
 # is the figure. Each size runs in a database of its own. TIMEOUT (seconds, default 600) stops a push that takes
 # longer, and says so.
 #   bench/queue_push_overlap.sh [ROWS...]     default: 100000
 #   HFSENT_BIN=/path/to/old/hfsent bench/queue_push_overlap.sh 2000 10000
+#   SECOND=1000 bench/queue_push_overlap.sh 1000000   # a small push into a big batch
 set -euo pipefail
 sizes=("${@:-100000}")
 timeout_s=${TIMEOUT:-600}
@@ -16,7 +18,8 @@ for n in "${sizes[@]}"; do
   [[ -n $db_name ]] && psql "$db_admin" -qc "drop database if exists $db_name with (force)" >/dev/null
   new_db
   awk -v n="$n" 'BEGIN { print "request_id,text"; for (i = 0; i < n; i++) printf "a%d,\"first file, review %d\"\n", i, i }' >"$work/a.csv"
-  awk -v n="$n" 'BEGIN { print "request_id,text"; for (i = 0; i < n; i++) printf "b%d,\"second file, review %d\"\n", i, i }' >"$work/b.csv"
+  m=${SECOND:-$n}
+  awk -v n="$m" 'BEGIN { print "request_id,text"; for (i = 0; i < n; i++) printf "b%d,\"second file, review %d\"\n", i, i }' >"$work/b.csv"
   batch="overlap_$n"
   for f in a b; do
     start=$(date +%s.%N)
@@ -24,7 +27,7 @@ for n in "${sizes[@]}"; do
     timeout "$timeout_s" "$work/hfsent" queue push "$work/$f.csv" --db "$db" --batch "$batch" --no-progress 2>"$work/push.log" || rc=$?
     end=$(date +%s.%N)
     if [[ $rc == 124 ]]; then
-      printf '%d + %d rows: push %s not done after %ds (stopped)\n' "$n" "$n" "$f" "$timeout_s"
+      printf '%d + %d rows: push %s not done after %ds (stopped)\n' "$n" "$m" "$f" "$timeout_s"
       break
     elif [[ $rc != 0 ]]; then
       cat "$work/push.log" >&2
@@ -33,6 +36,6 @@ for n in "${sizes[@]}"; do
     sed "s/^/    /" "$work/push.log"
     label=first
     [[ $f == b ]] && label="second (overlap check against $n rows)"
-    printf '%d + %d rows: %s push %.2fs\n' "$n" "$n" "$label" "$(echo "$end - $start" | bc -l)"
+    printf '%d + %d rows: %s push %.2fs\n' "$n" "$m" "$label" "$(echo "$end - $start" | bc -l)"
   done
 done
