@@ -178,7 +178,9 @@ func newQueuePushCmd(ios *IOStreams, g *globalOptions) *cobra.Command {
 and copies every row into the batch with COPY, in one transaction: a row that
 breaks the rules (no id, blank text, duplicate id, too long) is stored already
 finished as invalid_input, never dropped. The batch is created on first push
-with the settings given; later pushes append and may not change them.
+with the settings given; later pushes append and may not change them. A
+batch name holds at most 200 characters and no control character (a newline,
+an escape): another is refused, exit 2.
 
 Pushing the same file again does nothing (it is recognised by its SHA-256).
 A file whose ids are already in the batch, from another file, is refused.
@@ -618,7 +620,12 @@ func newQueueDropCmd(ios *IOStreams, g *globalOptions) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "drop",
 		Short: "Delete a batch with its rows and results (asks for --yes)",
-		Args:  cobra.NoArgs,
+		Long: `drop deletes the batch, its rows, results, pushes and workers in one
+transaction, while workers run or not: it waits for a push under way and for
+the workers' round trips in flight, and those that come after it find the
+batch gone. A worker whose batch was dropped says so, cuts its calls in
+flight and exits 1 at once; an idle one is woken by the drop.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if _, err := g.logger(ios); err != nil {
 				return err
