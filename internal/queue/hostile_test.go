@@ -142,9 +142,8 @@ func TestCheckNameAndPrintable(t *testing.T) {
 	}
 }
 
-// exportAttempts exports batch name and returns each row's outcome and
-// attempts, by id.
-func exportAttempts(t *testing.T, db *DB, name string) map[string]string {
+// exportCSV exports batch name and parses the results CSV, header first.
+func exportCSV(t *testing.T, db *DB, name string) [][]string {
 	t.Helper()
 	var b strings.Builder
 	w, err := results.NewWriter(&b, false)
@@ -162,8 +161,15 @@ func exportAttempts(t *testing.T, db *DB, name string) map[string]string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return recs
+}
+
+// exportAttempts exports batch name and returns each row's outcome and
+// attempts, by id.
+func exportAttempts(t *testing.T, db *DB, name string) map[string]string {
+	t.Helper()
 	out := map[string]string{}
-	for _, f := range recs[1:] {
+	for _, f := range exportCSV(t, db, name)[1:] {
 		out[f[0]] = f[4] + " " + f[6]
 	}
 	return out

@@ -2,7 +2,6 @@ package queue
 
 import (
 	"context"
-	"encoding/csv"
 	"errors"
 	"fmt"
 	"io"
@@ -85,22 +84,7 @@ func succeed(cs []Claimed, label string) []Completion {
 
 func exportRows(t *testing.T, db *DB, name string) []results.Row {
 	t.Helper()
-	var b strings.Builder
-	w, err := results.NewWriter(&b, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	batch, err := db.Batch(context.Background(), name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := db.Export(context.Background(), batch, w, false); err != nil {
-		t.Fatal(err)
-	}
-	recs, err := csv.NewReader(strings.NewReader(b.String())).ReadAll()
-	if err != nil {
-		t.Fatal(err)
-	}
+	recs := exportCSV(t, db, name)
 	var out []results.Row
 	for _, f := range recs[1:] {
 		// Model holds the outcome column, for the tests.
