@@ -36,7 +36,7 @@ type dbOptions struct {
 }
 
 func addDBFlags(fs *pflag.FlagSet, o *dbOptions, batch bool) {
-	fs.StringVar(&o.url, "db", "", "PostgreSQL URL, e.g. postgres://user@host:5432/db (default: $"+dbEnv+"); a password in it is never shown")
+	fs.StringVar(&o.url, "db", "", "PostgreSQL URL, e.g. postgres://user@host:5432/db, or key=value settings (default: $"+dbEnv+"); messages show only its host, port, database and user")
 	if batch {
 		fs.StringVar(&o.batch, "batch", "", "batch name (required)")
 	}
@@ -45,7 +45,8 @@ func addDBFlags(fs *pflag.FlagSet, o *dbOptions, batch bool) {
 // open validates the flags and connects, checking the schema unless
 // migrating.
 func (o *dbOptions) open(ctx context.Context, ios *IOStreams, needBatch, checkSchema bool) (*queue.DB, error) {
-	if o.url == "" {
+	fromEnv := o.url == ""
+	if fromEnv {
 		o.url = ios.getenv(dbEnv)
 	}
 	if strings.TrimSpace(o.url) == "" {
@@ -56,6 +57,9 @@ func (o *dbOptions) open(ctx context.Context, ios *IOStreams, needBatch, checkSc
 	}
 	db, err := queue.Open(ctx, o.url)
 	if err != nil {
+		if fromEnv && errors.Is(err, queue.ErrURL) {
+			err = fmt.Errorf("%w; it came from $%s", err, dbEnv)
+		}
 		return nil, queueError(err)
 	}
 	if checkSchema {
@@ -71,7 +75,7 @@ func (o *dbOptions) open(ctx context.Context, ios *IOStreams, needBatch, checkSc
 // a database down, no schema or a newer one, no such batch, a refused push)
 // are exit 2; anything else, a failure on the way, exit 1.
 func queueError(err error) error {
-	for _, k := range []error{queue.ErrURL, queue.ErrConnect, queue.ErrNoSchema, queue.ErrNewer, queue.ErrNoBatch, queue.ErrRefused, queue.ErrMigration} {
+	for _, k := range []error{queue.ErrURL, queue.ErrConnect, queue.ErrNoSchema, queue.ErrNewer, queue.ErrNoBatch, queue.ErrRefused, queue.ErrMigration, queue.ErrName} {
 		if errors.Is(err, k) {
 			return usageError(err)
 		}
@@ -174,7 +178,9 @@ func newQueuePushCmd(ios *IOStreams, g *globalOptions) *cobra.Command {
 and copies every row into the batch with COPY, in one transaction: a row that
 breaks the rules (no id, blank text, duplicate id, too long) is stored already
 finished as invalid_input, never dropped. The batch is created on first push
-with the settings given; later pushes append and may not change them.
+with the settings given; later pushes append and may not change them. A
+batch name holds at most 200 characters and no control character (a newline,
+an escape): another is refused, exit 2.
 
 Pushing the same file again does nothing (it is recognised by its SHA-256).
 A file whose ids are already in the batch, from another file, is refused.
@@ -230,6 +236,11 @@ func (o *pushOptions) validate() error {
 	}
 	if strings.TrimSpace(o.model) == "" {
 		return usageErrorf("--model must not be empty")
+	}
+	if o.db.batch != "" {
+		if err := queue.CheckName(o.db.batch); err != nil {
+			return usageError(err)
+		}
 	}
 	if err := contradict("--progress", "--no-progress", o.progress && o.noProgress); err != nil {
 		return err
@@ -430,7 +441,10 @@ func runStatus(ctx context.Context, o *statusOptions, ios *IOStreams) error {
 func formatStatus(st *queue.Status) string {
 	var b strings.Builder
 	bt := st.Batch
-	fmt.Fprintf(&b, "batch:    %s (model %s, created %s)\n", bt.Name, bt.Model, bt.CreatedAt.UTC().Format(time.RFC3339))
+	// Every name below comes from the database: shown through
+	// queue.Printable, so none forges a line or runs a terminal escape.
+	show := queue.Printable
+	fmt.Fprintf(&b, "batch:    %s (model %s, created %s)\n", show(bt.Name), show(bt.Model), bt.CreatedAt.UTC().Format(time.RFC3339))
 	reserved := ""
 	if st.Reserved > 0 {
 		reserved = fmt.Sprintf(" (%d reserved)", st.Reserved)
@@ -456,9 +470,9 @@ func formatStatus(st *queue.Status) string {
 		if bt.ClientCap > 0 {
 			capText = fmt.Sprintf("--client-cap %d", bt.ClientCap)
 		}
-		fmt.Fprintf(&b, "clients:  %d with rows left (column %s, %s)", st.NClients, bt.ClientColumn, capText)
+		fmt.Fprintf(&b, "clients:  %d with rows left (column %s, %s)", st.NClients, show(bt.ClientColumn), capText)
 		for _, c := range st.Clients {
-			fmt.Fprintf(&b, "\n          %-20s %d running, %d pending", c.Client, c.Running, c.Pending)
+			fmt.Fprintf(&b, "\n          %-20s %d running, %d pending", show(c.Client), c.Running, c.Pending)
 		}
 		b.WriteString("\n")
 	}
@@ -466,7 +480,7 @@ func formatStatus(st *queue.Status) string {
 	ws := append([]queue.WorkerSeen(nil), st.Workers...)
 	sort.Slice(ws, func(i, j int) bool { return ws[i].ID < ws[j].ID })
 	for _, w := range ws {
-		fmt.Fprintf(&b, "\n          %s (%s pid %d, %s ago)", w.ID, w.Host, w.PID, w.Seen.Round(time.Second))
+		fmt.Fprintf(&b, "\n          %s (%s pid %d, %s ago)", show(w.ID), show(w.Host), w.PID, w.Seen.Round(time.Second))
 	}
 	b.WriteString("\n")
 	fmt.Fprintf(&b, "rate:     %d rows in the last minute", st.PerMinute)
@@ -598,9 +612,11 @@ func newQueueListCmd(ios *IOStreams, g *globalOptions) *cobra.Command {
 			for _, b := range bs {
 				cc := "-"
 				if b.ClientCap > 0 {
-					cc = fmt.Sprintf("%d/%s", b.ClientCap, b.ClientColumn)
+					cc = fmt.Sprintf("%d/%s", b.ClientCap, queue.Printable(b.ClientColumn))
 				}
-				fmt.Fprintf(ios.Out, "%-24s %10d %10d %-12s %-20s %s\n", b.Name, b.Rows, b.GlobalCap, cc, b.CreatedAt.UTC().Format("2006-01-02T15:04:05Z"), b.Model)
+				// Names from the database, escaped: none forges a row.
+				fmt.Fprintf(ios.Out, "%-24s %10d %10d %-12s %-20s %s\n", queue.Printable(b.Name), b.Rows, b.GlobalCap, cc,
+					b.CreatedAt.UTC().Format("2006-01-02T15:04:05Z"), queue.Printable(b.Model))
 			}
 			return nil
 		},
@@ -615,7 +631,12 @@ func newQueueDropCmd(ios *IOStreams, g *globalOptions) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "drop",
 		Short: "Delete a batch with its rows and results (asks for --yes)",
-		Args:  cobra.NoArgs,
+		Long: `drop deletes the batch, its rows, results, pushes and workers in one
+transaction, while workers run or not: it waits for a push under way and for
+the workers' round trips in flight, and those that come after it find the
+batch gone. A worker whose batch was dropped says so, cuts its calls in
+flight and exits 1 at once; an idle one is woken by the drop.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if _, err := g.logger(ios); err != nil {
 				return err

@@ -64,8 +64,8 @@ rows claimed or reserved but not started are given back, exit 130.
 
 Exit codes: 0 the worker stopped with nothing left to do (--exit-when-done)
 and every row it finished is success or fallback; 1 some row it finished
-ended otherwise, or the provider cannot serve (token, credits, model, no
-connection); 2 a usage or set-up error (flags, the database, the batch, its
+ended otherwise, the provider cannot serve (token, credits, model, no
+connection), or the batch was dropped while it ran (queue drop); 2 a usage or set-up error (flags, the database, the batch, its
 model), before any call; 130 interrupted.`,
 		Example: `  hfsent worker --db postgres://hfsent@db/hfsent --batch nightly -c 8 --exit-when-done
   HFSENT_DB=postgres://hfsent@db/hfsent hfsent worker --batch nightly --endpoint https://my-endpoint/ --fallback-model local`,
@@ -138,7 +138,7 @@ func runWorker(ctx context.Context, o *workerOptions, ios *IOStreams, log *slog.
 	}
 	if model != b.Model {
 		return usageErrorf("batch %q is for model %s, this worker's is %s: start it with --model %s (or --provider local for a batch pushed with --model %s)",
-			b.Name, b.Model, model, b.Model, provider.LocalModel)
+			b.Name, queue.Printable(b.Model), queue.Printable(model), queue.Printable(b.Model), provider.LocalModel)
 	}
 
 	host, _ := os.Hostname()

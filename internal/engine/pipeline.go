@@ -205,6 +205,14 @@ func (p *Pipeline) Slots() *resilience.Slots { return p.slots }
 // no call not yet sent is sent, and calls in flight get the grace period.
 func (p *Pipeline) Stop(reason StopReason) { p.stopAdmit(errStop{reason}) }
 
+// Abort is Stop with no grace: the calls in flight end now, their rows
+// not_attempted or cut (a worker whose batch was dropped: no result of
+// theirs can be written).
+func (p *Pipeline) Abort(reason StopReason) {
+	p.Stop(reason)
+	p.stopCalls()
+}
+
 // Stopped is closed once admission has stopped.
 func (p *Pipeline) Stopped() <-chan struct{} { return p.admitCtx.Done() }
 

@@ -5,7 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"strconv"
+	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -16,6 +20,46 @@ func mustSub() fs.FS {
 		panic(err) // the embedded directory is fixed at build time
 	}
 	return sub
+}
+
+// MaxNameChars bounds a batch name, in characters.
+const MaxNameChars = 200
+
+// CheckName refuses a batch name that could not be shown as it is: one
+// with a control or formatting character (a newline, an ANSI escape, a
+// bidirectional override: forged lines in an operator's table, escapes run
+// by a terminal), bytes that are not UTF-8, or more than MaxNameChars
+// characters. A name already in the database is shown through Printable.
+func CheckName(name string) error {
+	if !utf8.ValidString(name) {
+		return fmt.Errorf("%w: the batch name %s is not UTF-8", ErrName, Printable(name))
+	}
+	if n := utf8.RuneCountInString(name); n > MaxNameChars {
+		return fmt.Errorf("%w: the batch name has %d characters, over %d", ErrName, n, MaxNameChars)
+	}
+	for i, r := range []rune(name) {
+		if unicode.IsControl(r) || unicode.In(r, unicode.Cf, unicode.Zl, unicode.Zp) {
+			return fmt.Errorf("%w: the batch name %s holds %U at character %d: a name may hold letters, digits, punctuation, symbols and spaces",
+				ErrName, Printable(name), r, i+1)
+		}
+	}
+	return nil
+}
+
+// ErrName is a batch name CheckName refuses.
+var ErrName = errors.New("bad --batch name")
+
+// Printable is s as it may reach a terminal or a table: as is when every
+// character of it prints (letters, marks, digits, punctuation, symbols,
+// spaces), else quoted with Go's escapes (\n, \x1b, \u202e), so that text
+// from the database (batch, client, model and host names) never forges a
+// line or runs an escape. A value that begins with a double quote is
+// quoted too, so that a quoted value is never mistaken for a plain one.
+func Printable(s string) string {
+	if strings.HasPrefix(s, `"`) || !utf8.ValidString(s) || strings.IndexFunc(s, func(r rune) bool { return !unicode.IsPrint(r) }) >= 0 {
+		return strconv.Quote(s)
+	}
+	return s
 }
 
 // Spec is what a batch is created with.
@@ -92,26 +136,70 @@ func (db *DB) Batches(ctx context.Context) ([]*Batch, error) {
 }
 
 // Drop deletes a batch with its rows and results, and reports how many rows
-// it had.
+// it had. It runs while workers do: it takes the locks in the order every
+// other writer does. First the push lock (a push holds it for its whole
+// transaction, then locks the batch row), then the batch's gate, exclusive
+// (every worker transaction takes it shared before any row: see
+// enterBatch), then the batch row. So it waits for a push and for the
+// workers' transactions under way, never while holding anything one of
+// them waits for, and the workers that come after it find the batch gone.
+// The notification wakes the idle ones to find it.
 func (db *DB) Drop(ctx context.Context, name string) (int64, error) {
 	b, err := db.Batch(ctx, name)
 	if err != nil {
 		return 0, err
 	}
+	var gone bool
+	var rows int64
 	err = pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, "select 1 from hfsent.batch where id = $1 for update", b.ID); err != nil {
-			return err
-		}
-		for _, table := range []string{"result", "item", "input", "client", "worker", "push", "push_lock"} {
-			if _, err := tx.Exec(ctx, "delete from hfsent."+table+" where batch_id = $1", b.ID); err != nil {
-				return err
-			}
-		}
-		_, err := tx.Exec(ctx, "delete from hfsent.batch where id = $1", b.ID)
+		var err error
+		gone, rows, err = dropTx(ctx, tx, b, false)
 		return err
 	})
 	if err != nil {
 		return 0, fmt.Errorf("dropping batch %q: %s", name, summarise(err))
 	}
-	return b.Rows, nil
+	if gone {
+		return 0, fmt.Errorf("%w %q at %s: it was dropped meanwhile", ErrNoBatch, name, db.url)
+	}
+	return rows, nil
+}
+
+// dropTx deletes batch b in tx, taking the locks in Drop's order, and
+// reports whether it was gone already, and the rows it had. With ifEmpty
+// it deletes b only when no push has filled it (rows is then 0).
+func dropTx(ctx context.Context, tx pgx.Tx, b *Batch, ifEmpty bool) (gone bool, rows int64, err error) {
+	tag, err := tx.Exec(ctx, "select 1 from hfsent.push_lock where batch_id = $1 for update", b.ID)
+	if err != nil {
+		return false, 0, err
+	}
+	if tag.RowsAffected() == 0 {
+		return true, 0, nil // dropped meanwhile
+	}
+	if _, err := tx.Exec(ctx, "select pg_advisory_xact_lock("+batchGate+")", b.ID); err != nil {
+		return false, 0, err
+	}
+	if _, err := tx.Exec(ctx, "select 1 from hfsent.batch where id = $1 for update", b.ID); err != nil {
+		return false, 0, err
+	}
+	// The rows as of now, pushes since b was read included.
+	if err := tx.QueryRow(ctx, "select coalesce(sum(rows), 0) from hfsent.push where batch_id = $1", b.ID).Scan(&rows); err != nil {
+		return false, 0, err
+	}
+	if ifEmpty {
+		var pushes bool
+		if err := tx.QueryRow(ctx, "select exists (select 1 from hfsent.push where batch_id = $1)", b.ID).Scan(&pushes); err != nil || pushes {
+			return false, rows, err
+		}
+	}
+	for _, table := range []string{"result", "item", "input", "client", "worker", "push", "push_lock"} {
+		if _, err := tx.Exec(ctx, "delete from hfsent."+table+" where batch_id = $1", b.ID); err != nil {
+			return false, 0, err
+		}
+	}
+	if _, err := tx.Exec(ctx, "delete from hfsent.batch where id = $1", b.ID); err != nil {
+		return false, 0, err
+	}
+	_, err = tx.Exec(ctx, "select pg_notify($1, 'dropped')", channel(b.ID))
+	return false, rows, err
 }

@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"errors"
 	"math"
 	"time"
 
@@ -132,6 +133,29 @@ func (s *Session) Reserves() bool {
 	return s.batch.ClientColumn == "" && s.batch.ClientCap == 0 && s.batch.GlobalRPS == 0
 }
 
+// enterBatch opens every transaction a worker runs on its batch ($1): it
+// takes the batch's gate, a transaction-level advisory lock, shared. queue
+// drop takes the gate exclusive before it deletes anything (see Drop), so a
+// drop waits for the round trips and heartbeats under way, and those that
+// start after it wait for the drop at this first statement, holding no lock
+// yet: a worker's transaction, which locks its rows before the batch row,
+// and the drop, which deletes the batch row and every row, never each hold
+// what the other waits for (a deadlock). Workers share the gate: they never
+// wait for each other on it. Past it, the batch row is there, or the batch
+// was dropped.
+const enterBatch = `select pg_advisory_xact_lock_shared(` + batchGate + `)`
+
+// enterBatchAsync is enterBatch for a transaction whose commit need not
+// wait for the disk (see Cycle).
+const enterBatchAsync = `select set_config('synchronous_commit', 'off', true), pg_advisory_xact_lock_shared(` + batchGate + `)`
+
+// batchGate is the advisory lock key of batch $1.
+const batchGate = `hashtextextended('hfsent.batch', $1::bigint)`
+
+// ErrBatchGone is a worker's round trip finding its batch deleted (queue
+// drop): nothing it holds can be written.
+var ErrBatchGone = errors.New("batch gone")
+
 // lockBatch takes the batch row before anything of a cycle counts or reads
 // the batch (only the fenced results come before it), so claims of one
 // batch are serialised; every count below is made in later statements,
@@ -150,6 +174,13 @@ with u as (
 	returning id
 )
 select pg_notify($4, 'backpressure') from u`
+
+// lostClaims counts, for a result of claim d.attempt of a row whose
+// result so far is p (none: null), the claims before this one that wrote
+// none: their worker stopped (killed, or stalled past its lease) after it
+// had sent the row, as a worker sends a row once it claims it. Each counts
+// as one provider call, the least it made (see result.claims).
+const lostClaims = `greatest(0, d.attempt - 1 - coalesce(p.claims, 0))`
 
 // complete writes results, fenced: a row is written only while it is still
 // running under this owner and this attempt. A retry records the failure
@@ -176,15 +207,17 @@ q as (
 	from upd, hfsent.batch b where b.id = $1
 ),
 res as (
-	insert into hfsent.result as r (batch_id, seq, outcome, label, score, model, attempts, latency_ms, error,
+	insert into hfsent.result as r (batch_id, seq, outcome, label, score, model, attempts, claims, latency_ms, error,
 	                                queued_ms, started_ms, finished_ms, finished_at, worker)
-	select $1, d.seq, d.outcome, d.label, d.score, d.model, d.attempts, d.latency_ms, d.error,
+	select $1, d.seq, d.outcome, d.label, d.score, d.model,
+	       coalesce(p.attempts, 0) + ` + lostClaims + ` + d.attempts, d.attempt, d.latency_ms, d.error,
 	       q.queued, case when d.wait_ms >= 0 then q.queued + d.wait_ms end, q.queued + d.total_ms, clock_timestamp(), $15
 	from d join q on q.seq = d.seq
+	left join hfsent.result p on p.batch_id = $1 and p.seq = d.seq
 	where d.action <> 'giveback'
 	on conflict (batch_id, seq) do update set
 		outcome = excluded.outcome, label = excluded.label, score = excluded.score, model = excluded.model,
-		attempts = r.attempts + excluded.attempts, latency_ms = excluded.latency_ms, error = excluded.error,
+		attempts = excluded.attempts, claims = excluded.claims, latency_ms = excluded.latency_ms, error = excluded.error,
 		queued_ms = excluded.queued_ms, started_ms = excluded.started_ms, finished_ms = excluded.finished_ms,
 		finished_at = excluded.finished_at, worker = excluded.worker
 )
@@ -494,7 +527,7 @@ func (s *Session) Cycle(ctx context.Context, in CycleIn) (CycleOut, error) {
 	// at once (the round trips that failed make the next one reconcile):
 	// the row is redone, never lost.
 	batch.Queue("begin")
-	batch.Queue("set local synchronous_commit to off")
+	batch.Queue(enterBatchAsync, s.batch.ID)
 	if len(in.Release) > 0 {
 		batch.Queue(release, s.batch.ID, in.Release, s.owner)
 	}
@@ -588,7 +621,10 @@ func (s *Session) Cycle(ctx context.Context, in CycleIn) (CycleOut, error) {
 		}
 	}
 	var pausedMs, openMs float64
-	if err := br.QueryRow().Scan(&pausedMs, &openMs); err != nil {
+	if err := br.QueryRow().Scan(&pausedMs, &openMs); errors.Is(err, pgx.ErrNoRows) {
+		// Past the gate, the batch row is there or the batch was dropped.
+		return out, ErrBatchGone
+	} else if err != nil {
 		return out, err
 	}
 	out.Paused, out.Open = msDuration(pausedMs), msDuration(openMs)
@@ -677,21 +713,26 @@ func (s *Session) Heartbeat(ctx context.Context, host string, pid int, held []in
 	// The renewal first, so that this worker's own rows are renewed, not
 	// rescued; in a transaction of its own, so that the rescue, which holds
 	// the batch row as everything that makes rows pending does (see
-	// lowerMarks), takes no row lock before it.
+	// lowerMarks), takes no row lock before it. Both pass the batch's gate
+	// first (enterBatch), as every worker transaction does.
 	b.Queue("begin")
+	b.Queue(enterBatch, s.batch.ID)
 	b.Queue(`update hfsent.item set lease_until = clock_timestamp() + $3 * interval '1 millisecond'
 		where batch_id = $1 and seq = any($4::bigint[]) and state in ('running', 'pending') and lease_owner = $2`, s.batch.ID, s.owner, s.lease.Milliseconds(), held)
 	b.Queue("commit")
 	b.Queue("begin")
+	b.Queue(enterBatch, s.batch.ID)
 	b.Queue(lockBatch, s.batch.ID)
 	b.Queue(rescue, s.batch.ID, channel(s.batch.ID))
-	b.Queue("commit")
-	b.Queue(`insert into hfsent.worker (batch_id, id, host, pid) values ($1, $2, $3, $4)
+	b.Queue(`insert into hfsent.worker (batch_id, id, host, pid) select $1, $2, $3, $4 from hfsent.batch where id = $1
 		on conflict (batch_id, id) do update set seen_at = clock_timestamp()`, s.batch.ID, s.owner, host, pid)
+	b.Queue("commit")
 	br := s.db.Pool.SendBatch(ctx, b)
 	defer br.Close()
-	if _, err := br.Exec(); err != nil {
-		return 0, 0, 0, err
+	for range 2 {
+		if _, err := br.Exec(); err != nil {
+			return 0, 0, 0, err
+		}
 	}
 	tag, err := br.Exec()
 	if err != nil {
@@ -703,6 +744,10 @@ func (s *Session) Heartbeat(ctx context.Context, host string, pid int, held []in
 			return renewed, 0, 0, err
 		}
 	}
+	if tag, err = br.Exec(); err != nil {
+		return renewed, 0, 0, err
+	}
+	gone := tag.RowsAffected() == 0 // the batch row, past the gate
 	if err := br.QueryRow().Scan(&rescued, &exhausted); err != nil {
 		return renewed, 0, 0, err
 	}
@@ -711,7 +756,13 @@ func (s *Session) Heartbeat(ctx context.Context, host string, pid int, held []in
 			return renewed, rescued, exhausted, err
 		}
 	}
-	return renewed, rescued, exhausted, br.Close()
+	if err := br.Close(); err != nil {
+		return renewed, rescued, exhausted, err
+	}
+	if gone {
+		return renewed, rescued, exhausted, ErrBatchGone
+	}
+	return renewed, rescued, exhausted, nil
 }
 
 const rescue = `
@@ -739,14 +790,19 @@ l as (
 	from (select client, min(seq) as seq from x where state = 'pending' group by client) m
 	where c.batch_id = $1 and c.client = m.client and m.seq < c.pending_from
 ),
+-- A row done with its last failure keeps it; its attempts gain the claims
+-- lost since (this one included), one provider call each.
 r as (
-	insert into hfsent.result (batch_id, seq, outcome, error, queued_ms, started_ms, finished_ms, worker)
+	insert into hfsent.result as r (batch_id, seq, outcome, error, attempts, claims, queued_ms, started_ms, finished_ms, worker)
 	select $1, x.seq, 'upstream_failed',
 	       'no result: the worker holding it stopped (crashed or stalled past its lease) on each of ' || x.attempt || ' attempts',
+	       coalesce(p.attempts, 0) + greatest(0, x.attempt - coalesce(p.claims, 0)), x.attempt,
 	       greatest(0, (extract(epoch from x.claimed_at - x.started_at) * 1000)::bigint), null,
 	       greatest(0, (extract(epoch from t.now - x.started_at) * 1000)::bigint), ''
-	from x, t where x.state = 'done'
-	on conflict (batch_id, seq) do nothing
+	from x cross join t
+	left join hfsent.result p on p.batch_id = $1 and p.seq = x.seq
+	where x.state = 'done'
+	on conflict (batch_id, seq) do update set attempts = excluded.attempts, claims = excluded.claims
 ),
 n as (select pg_notify($2, 'rescue') from x limit 1)
 select count(*) filter (where state = 'pending'), count(*) filter (where state = 'done') from x, (select count(*) from n) nn`

@@ -16,6 +16,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -51,13 +53,15 @@ var (
 	ErrMigration = errors.New("cannot migrate the queue schema")
 )
 
-// Open connects to url (a postgres:// URL or a key=value string) and checks
-// that the database answers. Any credential in url is kept out of messages.
-func Open(ctx context.Context, url string) (*DB, error) {
-	shown := redactDSN(url)
-	cfg, err := pgxpool.ParseConfig(url)
+// Open connects to dsn (a postgres:// URL or a key=value string) and checks
+// that the database answers. Messages name the database by what pgx parsed
+// out of dsn (host, port, database, user: see describe), never by dsn
+// itself, which may hold a password in more ways than a redaction can
+// foresee (spaces around "=", quotes, backslash escapes, sslpassword).
+func Open(ctx context.Context, dsn string) (*DB, error) {
+	cfg, shown, err := parseDSN(dsn)
 	if err != nil {
-		return nil, fmt.Errorf("%w %s: %s", ErrURL, shown, summarise(err))
+		return nil, err
 	}
 	if cfg.ConnConfig.ConnectTimeout == 0 {
 		cfg.ConnConfig.ConnectTimeout = 5 * time.Second
@@ -92,19 +96,89 @@ func (db *DB) Close() { db.Pool.Close() }
 // URL is the database URL as it may be shown (credentials redacted).
 func (db *DB) URL() string { return db.url }
 
-// redactDSN shows a URL without its password or query values; a key=value
-// string without its password.
-func redactDSN(s string) string {
-	if strings.Contains(s, "://") {
-		return redact.URL(s)
+// parseDSN parses dsn as pgx does and names the database it points at, for
+// messages (describe); an error says what is wrong without quoting dsn.
+func parseDSN(dsn string) (*pgxpool.Config, string, error) {
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		problem := parseProblem(err)
+		if strings.Contains(dsn, "://") && !strings.Contains(problem, "percent-encoded") {
+			problem += "; in a URL, a password holding @ / ? # or : must be percent-encoded (@ as %40)"
+		}
+		return nil, "", fmt.Errorf("%w: %s (the value is not shown: it may hold a password)", ErrURL, problem)
 	}
-	f := strings.Fields(s)
-	for i, kv := range f {
-		if k, _, ok := strings.Cut(kv, "="); ok && strings.EqualFold(k, "password") {
-			f[i] = k + "=REDACTED"
+	return cfg, describe(cfg.ConnConfig.Config), nil
+}
+
+// describe names the database c connects to by its host(s), port(s),
+// database and user: nothing else of the connection string is shown.
+func describe(c pgconn.Config) string {
+	hosts, ports := []string{c.Host}, []string{strconv.Itoa(int(c.Port))}
+	seen := map[string]bool{c.Host + ":" + ports[0]: true}
+	for _, f := range c.Fallbacks {
+		port := strconv.Itoa(int(f.Port))
+		if k := f.Host + ":" + port; !seen[k] {
+			seen[k] = true
+			hosts, ports = append(hosts, f.Host), append(ports, port)
 		}
 	}
-	return strings.Join(f, " ")
+	return fmt.Sprintf("host=%s port=%s dbname=%s user=%s",
+		dsnValue(strings.Join(hosts, ",")), strings.Join(ports, ","), dsnValue(c.Database), dsnValue(c.User))
+}
+
+// dsnValue shows a value as is when it is plain, else quoted and escaped
+// (Go syntax), so that it reads as one word and no byte of it reaches a
+// terminal unescaped.
+func dsnValue(v string) string {
+	if v == "" || strings.ContainsAny(v, ` \'`) {
+		return strconv.Quote(v)
+	}
+	return Printable(v)
+}
+
+// parseProblem says why pgx could not parse a --db value, in words of its
+// own: pgx's messages quote parts of the input (a keyword it stopped at,
+// the text of a URL), which may be a piece of a password.
+func parseProblem(err error) string {
+	var pce *pgconn.ParseConfigError
+	if !errors.As(err, &pce) {
+		// pgxpool's own settings (pool_max_conns ...): the setting named,
+		// not its value.
+		msg, _, _ := strings.Cut(err.Error(), ":")
+		return msg
+	}
+	inner := pce.Unwrap()
+	var ue *url.Error
+	switch {
+	case errors.As(inner, &ue):
+		return "it is not a valid postgres:// URL (a password holding @ / ? # or : must be percent-encoded, @ as %40)"
+	case inner == nil:
+	case strings.Contains(inner.Error(), "unterminated quoted string"):
+		return "a quoted value is not closed (key='a value')"
+	case strings.HasPrefix(inner.Error(), `missing "=" after`):
+		return `a word is not followed by "=": a value holding spaces must be quoted (key='a value') or its spaces escaped (\ )`
+	case strings.Contains(inner.Error(), "NUL byte"):
+		return "it holds a NUL byte"
+	case inner.Error() == "invalid keyword/value":
+		return "it is neither a postgres:// URL nor key=value settings"
+	}
+	// ParseConfigError's text is "cannot parse `<the input, partly
+	// redacted>`: <what> [(<inner error>)]": keep <what>, up to any value
+	// it quotes.
+	msg := pce.Error()
+	if inner != nil {
+		msg = strings.TrimSuffix(msg, " ("+inner.Error()+")")
+	}
+	if i := strings.LastIndex(msg, "`: "); i >= 0 {
+		msg = msg[i+3:]
+	}
+	what, _, _ := strings.Cut(msg, ":")
+	// The TLS files (sslrootcert, sslcert, sslkey) and the service file:
+	// their errors name a path and what is wrong with it.
+	if inner != nil && (what == "failed to configure TLS" || what == "failed to read service") {
+		return what + ": " + redactInner(inner.Error())
+	}
+	return what
 }
 
 // summarise turns a driver error into a short message without the
@@ -128,10 +202,7 @@ func summarise(err error) string {
 	}
 	var pce *pgconn.ParseConfigError
 	if errors.As(err, &pce) {
-		if u := pce.Unwrap(); u != nil {
-			return "cannot parse it: " + strings.TrimPrefix(redactInner(u.Error()), "parse ")
-		}
-		return "cannot parse it"
+		return "cannot parse the connection settings: " + parseProblem(pce)
 	}
 	if errors.Is(err, context.DeadlineExceeded) {
 		return "no answer in time"

@@ -165,7 +165,12 @@ func (db *DB) Export(ctx context.Context, b *Batch, w *results.Writer, includeTe
 	err := pgx.BeginTxFunc(ctx, db.Pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, `
 			select inp.request_id, i.state, coalesce(r.outcome, ''), coalesce(r.label, ''), coalesce(r.score, 0),
-			       coalesce(r.model, ''), coalesce(r.attempts, 0), coalesce(r.latency_ms, 0), coalesce(r.error, ''),
+			       coalesce(r.model, ''),
+			       -- Claims lost with their worker since the last result,
+			       -- one call each (see result.claims); a claim running
+			       -- now is not counted yet.
+			       coalesce(r.attempts, 0) + greatest(0, i.attempt - coalesce(r.claims, 0) - case when i.state = 'running' then 1 else 0 end),
+			       coalesce(r.latency_ms, 0), coalesce(r.error, ''),
 			       coalesce(r.queued_ms, 0), coalesce(r.started_ms, -1), coalesce(r.finished_ms, 0), `+text+`
 			from hfsent.item i
 			join hfsent.input inp on inp.batch_id = i.batch_id and inp.seq = i.seq

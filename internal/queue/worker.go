@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -71,6 +72,8 @@ type Worker struct {
 	// renewed is when the last heartbeat that renewed the leases was sent
 	// (unix nanos, local clock).
 	renewed atomic.Int64
+	// gone: a heartbeat found the batch dropped.
+	gone atomic.Bool
 
 	mu    sync.Mutex
 	stats WorkerStats
@@ -244,6 +247,19 @@ func (w *Worker) Run(ctx context.Context, p *engine.Pipeline, g *resilience.Guar
 			p.Stop(reason)
 		}
 	}
+	// dropped ends the run at once: the batch was deleted (queue drop),
+	// so nothing this worker holds or finishes can be written; its calls in
+	// flight are cut rather than waited for.
+	dropped := func() {
+		if fatal != nil && errors.Is(fatal, ErrBatchGone) {
+			return
+		}
+		w.log.Warn("the batch is gone: dropped (queue drop) while this worker ran; stopping", "batch", w.s.batch.Name, "rows_held", held)
+		fatal = fmt.Errorf("%w: batch %q was dropped (queue drop) while this worker ran; its rows and results went with it", ErrBatchGone, w.s.batch.Name)
+		stop(engine.StopInterrupted)
+		p.Abort(engine.StopInterrupted)
+		pending, release, reserve = nil, nil, nil
+	}
 	launch := func(in CycleIn) {
 		inflight++
 		inflightDone += len(in.Done)
@@ -269,6 +285,10 @@ func (w *Worker) Run(ctx context.Context, p *engine.Pipeline, g *resilience.Guar
 		back := promoting
 		promoting = nil
 		defer func() { reserve = append(back, reserve...) }()
+		if errors.Is(c.err, ErrBatchGone) {
+			dropped()
+			return
+		}
 		if c.err != nil {
 			// Kept, to be sent again: the results are committed with the
 			// claim or not at all (a commit whose answer was lost is
@@ -288,7 +308,11 @@ func (w *Worker) Run(ctx context.Context, p *engine.Pipeline, g *resilience.Guar
 			failStreak++
 			d := backoff(failStreak)
 			nextTry = time.Now().Add(d)
-			w.log.Warn("database unreachable; keeping the results and retrying", "in", d.Round(time.Millisecond), "results_waiting", len(pending), "err", summarise(c.err))
+			what := "database unreachable"
+			if !unreachable(c.err) {
+				what = "the database turned a round trip down for now"
+			}
+			w.log.Warn(what+"; keeping the results and retrying", "in", d.Round(time.Millisecond), "results_waiting", len(pending), "err", summarise(c.err))
 			return
 		}
 		if c.in.Reconcile {
@@ -354,6 +378,9 @@ func (w *Worker) Run(ctx context.Context, p *engine.Pipeline, g *resilience.Guar
 	}
 
 	for {
+		if w.gone.Load() {
+			dropped()
+		}
 		if ctx.Err() != nil {
 			stop(engine.StopInterrupted)
 		}
@@ -613,6 +640,11 @@ func (w *Worker) heartbeat(ctx context.Context) {
 		if err == nil {
 			w.renewed.Store(sent.UnixNano())
 		}
+		if errors.Is(err, ErrBatchGone) {
+			w.gone.Store(true)
+			w.poke()
+			return
+		}
 		switch {
 		case err != nil && ctx.Err() == nil:
 			w.log.Warn("heartbeat failed; retrying", "err", summarise(err))
@@ -668,6 +700,18 @@ func (w *Worker) listenOnce(ctx context.Context) error {
 		}
 		w.poke()
 	}
+}
+
+// unreachable reports whether a database error is the database out of
+// reach (the connection, the server going away or not taking connections),
+// rather than a statement turned down (a deadlock, a serialisation
+// failure, resources).
+func unreachable(err error) bool {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return strings.HasPrefix(pe.Code, "08") || pe.Code == "57P01" || pe.Code == "57P02" || pe.Code == "57P03"
+	}
+	return true
 }
 
 // retryable reports whether a database error may pass: the connection or
