@@ -6,6 +6,12 @@
 // Poison texts carry a marker anywhere in the text: "#timeout#" is never
 // answered (the call hangs until the client gives up), "#500#" is always
 // answered 500, "#400#" always 400.
+//
+// It also serves the endpoints of today as bench/endpoints.sh replays them:
+// -tei emulates text-embeddings-inference's /predict (fakehf.TEI), -replay
+// NAME answers every call with a recording of internal/fakehf/replays (its
+// exchanges in turn, then the last again), and -scale-to-zero DUR puts the
+// proxy of an Inference Endpoint scaled to zero in front (fakehf.ScaledToZero).
 package main
 
 import (
@@ -39,6 +45,9 @@ func main() {
 	estimate := flag.Float64("estimated-time", 20, "estimated_time (seconds) in the loading 503")
 	flat := flag.Bool("flat", false, "answer [{label,score}] rather than the nested form")
 	addrFile := flag.String("addr-file", "", "write the bound address to this file once listening")
+	tei := flag.Bool("tei", false, "emulate text-embeddings-inference's /predict instead")
+	replay := flag.String("replay", "", "answer every call with this recording of internal/fakehf/replays")
+	scaleToZero := flag.Duration("scale-to-zero", 0, "a replica starts this long after the first call; before, 503 (or held with X-Scale-Up-Timeout)")
 	flag.Parse()
 
 	var rejected, failed, outage, poisoned, loading atomic.Int64
@@ -106,13 +115,30 @@ func main() {
 		}
 	}
 	fmt.Fprintln(os.Stderr, "fakeprovider listening on", ln.Addr())
-	srv := &http.Server{Handler: fakehf.Handler(f)}
+	var h http.Handler = fakehf.Handler(f)
+	calls := f.Calls
+	switch {
+	case *tei:
+		t := &fakehf.TEI{Latency: *latency}
+		h, calls = t, t.Calls
+	case *replay != "":
+		f.Script = fakehf.Load(*replay).Script()
+	}
+	var proxy *fakehf.ScaledToZero
+	if *scaleToZero > 0 {
+		proxy = &fakehf.ScaledToZero{Inner: h, StartUp: *scaleToZero}
+		h = proxy
+	}
+	srv := &http.Server{Handler: h}
 	go func() {
 		sig := make(chan os.Signal, 1)
 		signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
 		<-sig
+		if proxy != nil {
+			fmt.Fprintf(os.Stderr, "fakeprovider: proxy calls=%d refused_503=%d held=%d\n", proxy.Calls(), proxy.Refused(), proxy.Held())
+		}
 		fmt.Fprintf(os.Stderr, "fakeprovider: calls=%d max_in_flight=%d 429=%d 503=%d outage_500=%d poison=%d loading=%d\n",
-			f.Calls(), f.MaxInFlight(), rejected.Load(), failed.Load(), outage.Load(), poisoned.Load(), loading.Load())
+			calls(), f.MaxInFlight(), rejected.Load(), failed.Load(), outage.Load(), poisoned.Load(), loading.Load())
 		_ = srv.Close()
 	}()
 	if err := srv.Serve(ln); err != nil && err != http.ErrServerClosed {

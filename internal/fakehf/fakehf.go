@@ -21,6 +21,7 @@ type Reply struct {
 	Status int
 	Header map[string]string
 	Body   string        // raw body; empty means the default for Status
+	NoBody bool          // answer with no body at all
 	Delay  time.Duration // extra delay before answering (beyond Latency)
 	// Immediate answers without Latency: a rejection at the door, as a
 	// provider's rate limiter sends its 429s.
@@ -50,6 +51,7 @@ type Fake struct {
 	mu      sync.Mutex
 	seen    map[string]int
 	headers []http.Header
+	bodies  [][]byte
 	auths   []string
 }
 
@@ -93,6 +95,13 @@ func (f *Fake) Headers() []http.Header {
 	return append([]http.Header(nil), f.headers...)
 }
 
+// Bodies returns the request bodies received, in arrival order.
+func (f *Fake) Bodies() [][]byte {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([][]byte(nil), f.bodies...)
+}
+
 type request struct {
 	Inputs json.RawMessage `json:"inputs"`
 }
@@ -131,6 +140,7 @@ func (f *Fake) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			f.seen[t]++
 		}
 		f.headers = append(f.headers, r.Header.Clone())
+		f.bodies = append(f.bodies, body)
 		f.mu.Unlock()
 	}
 
@@ -147,14 +157,14 @@ func (f *Fake) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !sleep(r, wait) {
 		return
 	}
+	w.Header().Set("Content-Type", "application/json")
 	for k, v := range rep.Header {
 		w.Header().Set(k, v)
 	}
-	w.Header().Set("Content-Type", "application/json")
 	if rep.Status == 0 {
 		rep.Status = 200
 	}
-	if rep.Body == "" {
+	if rep.Body == "" && !rep.NoBody {
 		rep.Body = defaultBody(rep.Status, texts, f.Flat)
 	}
 	w.WriteHeader(rep.Status)
