@@ -142,7 +142,7 @@ const (
 	StopNone        StopReason = ""
 	StopInterrupted StopReason = "interrupted"
 	StopAuth        StopReason = "token rejected"
-	StopQuota       StopReason = "no credits left (HTTP 402)"
+	StopQuota       StopReason = "payment required (HTTP 402)"
 	StopNotFound    StopReason = "model not found (HTTP 404)"
 	StopEndpoint    StopReason = "endpoint refuses every call"
 	StopUnreachable StopReason = "provider unreachable"
