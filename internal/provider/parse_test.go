@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode"
+	"unicode/utf8"
 )
 
 func TestParseAnswerNestedAndFlat(t *testing.T) {
@@ -172,4 +174,35 @@ func TestDetectAPI(t *testing.T) {
 			t.Errorf("DetectAPI(%q) = %s, want %s", ep, got, want)
 		}
 	}
+}
+
+// A server's error body, whatever it holds, gives a reason that is one
+// line of at most MaxReason characters (and the ellipsis), valid UTF-8,
+// with no control or format character and no token.
+func FuzzServerReason(f *testing.F) {
+	for _, s := range []string{
+		`{"error":"Model x does not exist"}`, `{"error":"Inference failed","error_type":"backend"}`,
+		`{"error":{"message":"Invalid model id","code":400}}`, `{"detail":[{"msg":"field required"}]}`,
+		`{"error":["a","b"]}`, `{"errors":[{"message":"m"}]}`, `{"error":"invalid_grant","error_description":"d"}`,
+		`{"message":"No API key found in request","request_id":"ab53"}`,
+		"Failed to deserialize the JSON body into the target type: missing field `inputs` at line 1 column 158",
+		"<html>503</html>", "line\none\r\u202e\x00", `{"error":"Bearer hf_secretsecretsecret"}`, "\xff\xfe", "",
+	} {
+		f.Add([]byte(s), "text/plain")
+	}
+	f.Fuzz(func(t *testing.T, body []byte, contentType string) {
+		h := http.Header{"Content-Type": {contentType}}
+		r := summarise(serverReason(h, body), "hf_secretsecretsecret")
+		if !utf8.ValidString(r) || len([]rune(r)) > MaxReason+1 || strings.Contains(r, "hf_secretsecretsecret") {
+			t.Fatalf("reason %q", r)
+		}
+		for _, c := range r {
+			if unicode.IsControl(c) || unicode.Is(unicode.Cf, c) || c != ' ' && unicode.IsSpace(c) {
+				t.Fatalf("reason %q has %U", r, c)
+			}
+		}
+		if strings.HasPrefix(r, " ") || strings.HasSuffix(r, " ") {
+			t.Fatalf("reason %q not trimmed", r)
+		}
+	})
 }
