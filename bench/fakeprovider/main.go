@@ -15,6 +15,7 @@
 package main
 
 import (
+	"encoding/json"
 	"flag"
 	"fmt"
 	"log"
@@ -47,7 +48,11 @@ func main() {
 	addrFile := flag.String("addr-file", "", "write the bound address to this file once listening")
 	tei := flag.Bool("tei", false, "emulate text-embeddings-inference's /predict instead")
 	replay := flag.String("replay", "", "answer every call with this recording of internal/fakehf/replays")
+	replayThenOK := flag.Bool("replay-then-ok", false, "with -replay: its exchanges once each, then normal answers")
 	scaleToZero := flag.Duration("scale-to-zero", 0, "a replica starts this long after the first call; before, 503 (or held with X-Scale-Up-Timeout)")
+	rateWindow := flag.Duration("ratelimit-window", 0, "every call this long from the first gets 429 with the Hub's RateLimit header (r=0;t=seconds left), no Retry-After")
+	bare429 := flag.Duration("bare-429-for", 0, "every call this long from the first gets 429 with no Retry-After nor RateLimit header")
+	maxWords := flag.Int("max-words", 0, "a text of more words than this gets the inference toolkit's 400 (a tensor size mismatch) unless parameters.truncation is true (0: no limit)")
 	flag.Parse()
 
 	var rejected, failed, outage, poisoned, loading atomic.Int64
@@ -59,6 +64,25 @@ func main() {
 	f := &fakehf.Fake{Latency: *latency, Flat: *flat, NoRecord: true}
 	f.Script = func(n int64, texts []string, r *http.Request) fakehf.Reply {
 		t0 := start()
+		if *rateWindow > 0 {
+			if left := *rateWindow - time.Since(t0); left > 0 {
+				rejected.Add(1)
+				return fakehf.Reply{Status: 429, Immediate: true, Header: map[string]string{
+					"RateLimit": fmt.Sprintf(`"api";r=0;t=%d`, int(left.Seconds()+0.999)), "RateLimit-Policy": fmt.Sprintf(`"fixed window";"api";q=500;w=%d`, int(rateWindow.Seconds()))}}
+			}
+		}
+		if *bare429 > 0 && time.Since(t0) < *bare429 {
+			rejected.Add(1)
+			return fakehf.Reply{Status: 429, Immediate: true}
+		}
+		if *maxWords > 0 && !truncates(r) {
+			for _, t := range texts {
+				if w := len(strings.Fields(t)); w > *maxWords {
+					poisoned.Add(1)
+					return fakehf.Reply{Status: 400, Body: fmt.Sprintf(`{"error":"The size of tensor a (%d) must match the size of tensor b (%d) at non-singleton dimension 1"}`, w+2, *maxWords)}
+				}
+			}
+		}
 		for _, t := range texts {
 			switch {
 			case strings.Contains(t, "#timeout#"):
@@ -122,7 +146,14 @@ func main() {
 		t := &fakehf.TEI{Latency: *latency}
 		h, calls = t, t.Calls
 	case *replay != "":
-		f.Script = fakehf.Load(*replay).Script()
+		rec := fakehf.Load(*replay)
+		next, normal := rec.Script(), f.Script
+		f.Script = func(n int64, texts []string, r *http.Request) fakehf.Reply {
+			if *replayThenOK && n > int64(len(rec.Exchanges)) {
+				return normal(n, texts, r)
+			}
+			return next(n, texts, r)
+		}
 	}
 	var proxy *fakehf.ScaledToZero
 	if *scaleToZero > 0 {
@@ -144,4 +175,15 @@ func main() {
 	if err := srv.Serve(ln); err != nil && err != http.ErrServerClosed {
 		log.Fatal(err)
 	}
+}
+
+// truncates reports whether a call asked for truncation, as transformers'
+// pipeline reads it: "parameters": {"truncation": true}.
+func truncates(r *http.Request) bool {
+	var req struct {
+		Parameters struct {
+			Truncation bool `json:"truncation"`
+		} `json:"parameters"`
+	}
+	return json.Unmarshal(fakehf.Body(r), &req) == nil && req.Parameters.Truncation
 }

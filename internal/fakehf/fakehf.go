@@ -5,6 +5,7 @@
 package fakehf
 
 import (
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -106,6 +107,14 @@ type request struct {
 	Inputs json.RawMessage `json:"inputs"`
 }
 
+type bodyKey struct{}
+
+// Body is the body of the request a Script is answering.
+func Body(r *http.Request) []byte {
+	b, _ := r.Context().Value(bodyKey{}).([]byte)
+	return b
+}
+
 // Label is the fake model's deterministic answer for a text.
 func Label(text string) (string, float64) {
 	l := strings.ToLower(text)
@@ -148,7 +157,7 @@ func (f *Fake) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if f.Token != "" && r.Header.Get("Authorization") != "Bearer "+f.Token {
 		rep = Reply{Status: 401, Body: `{"error":"Invalid credentials in Authorization header"}`}
 	} else if f.Script != nil {
-		rep = f.Script(n, texts, r)
+		rep = f.Script(n, texts, r.WithContext(context.WithValue(r.Context(), bodyKey{}, body)))
 	}
 	wait := f.Latency + rep.Delay
 	if rep.Immediate {

@@ -20,9 +20,12 @@ var replays embed.FS
 
 // Recording is one file of replays/.
 type Recording struct {
-	Source    string     `json:"source"`
-	Recorded  string     `json:"recorded"` // real or rebuilt
-	Note      string     `json:"note"`
+	Source   string `json:"source"`
+	Recorded string `json:"recorded"` // real or rebuilt
+	Note     string `json:"note"`
+	// ByMethod answers each call with the exchange recorded for its
+	// method (a redirect's POST, then the GET it became), not in turn.
+	ByMethod  bool       `json:"by_method,omitempty"`
 	Exchanges []Exchange `json:"exchanges"`
 }
 
@@ -72,9 +75,17 @@ func (e Exchange) Reply() Reply {
 }
 
 // Script answers call n with the recording's exchange n, and every call
-// after the last with the last: a Fake's Script.
+// after the last with the last (ByMethod: with the exchange of the call's
+// method): a Fake's Script.
 func (r Recording) Script() func(n int64, _ []string, _ *http.Request) Reply {
-	return func(n int64, _ []string, _ *http.Request) Reply {
+	return func(n int64, _ []string, req *http.Request) Reply {
+		if r.ByMethod {
+			for _, e := range r.Exchanges {
+				if strings.EqualFold(e.Request.Method, req.Method) {
+					return e.Reply()
+				}
+			}
+		}
 		i := min(int(n)-1, len(r.Exchanges)-1)
 		return r.Exchanges[max(i, 0)].Reply()
 	}
