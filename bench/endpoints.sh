@@ -8,10 +8,11 @@
 #
 #   bench/endpoints.sh                 # every case
 #   CASES="tei-pairs gone-410" bench/endpoints.sh
-#   LIMIT=150 bench/endpoints.sh        # seconds before a run is cut off
+#   LIMIT=400 bench/endpoints.sh        # seconds before a run is cut off
+#                                      # (ratelimit-300s needs 300 and more)
 set -euo pipefail
-LIMIT=${LIMIT:-150}
-CASES=${CASES:-"tei-pairs tei-predict-url gone-410 redirect-301 wrong-task down-503 cold long-text ratelimit-75s bare-429 cdn-52x quota-402"}
+LIMIT=${LIMIT:-400}
+CASES=${CASES:-"tei-pairs tei-predict-url gone-410 redirect-301 wrong-task down-503 cold long-text ratelimit-300s bare-429 cdn-52x quota-402"}
 command -v jq >/dev/null || { echo "needs jq: apt-get install -y jq" >&2; exit 2; }
 source "$(dirname "$0")/lib.sh"
 
@@ -67,7 +68,7 @@ for c in $CASES; do
     down-503) one down-503 rows30.csv -replay router_503_html -- --endpoint @URL@/models/x ;;
     cold) one cold rows10.csv -scale-to-zero 20s -latency 5ms -- --endpoint @URL@/models/x ;;
     long-text) one long-text long.csv -max-words 50 -latency 5ms -- --endpoint @URL@/models/x ;;
-    ratelimit-75s) one ratelimit-75s rows10.csv -ratelimit-window 75s -latency 5ms -- --endpoint @URL@/models/x -c 2 ;;
+    ratelimit-300s) one ratelimit-300s rows10.csv -ratelimit-window 300s -latency 5ms -- --endpoint @URL@/models/x -c 2 ;;
     bare-429) one bare-429 rows10.csv -bare-429-for 6s -latency 5ms -- --endpoint @URL@/models/x -c 2 ;;
     cdn-52x) one cdn-52x rows10.csv -replay cdn_52x -replay-then-ok -latency 5ms -- --endpoint @URL@/models/x -c 1 ;;
     quota-402) one quota-402 rows10.csv -replay router_402_depleted -- --endpoint @URL@/models/x -c 1

@@ -44,7 +44,7 @@ func (s *ScaledToZero) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		secs, _ := strconv.Atoi(r.Header.Get("X-Scale-Up-Timeout"))
 		hold := time.Duration(secs) * time.Second
 		if hold < wait {
-			if hold > 0 && !sleepCtx(r, hold) {
+			if hold > 0 && !sleep(r, hold) {
 				return
 			}
 			s.refused.Add(1)
@@ -55,20 +55,9 @@ func (s *ScaledToZero) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		s.held.Add(1)
-		if !sleepCtx(r, wait) {
+		if !sleep(r, wait) {
 			return
 		}
 	}
 	s.Inner.ServeHTTP(w, r)
-}
-
-func sleepCtx(r *http.Request, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-r.Context().Done():
-		return false
-	}
 }

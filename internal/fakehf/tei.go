@@ -103,12 +103,8 @@ func (t *TEI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		teiError(w, http.StatusUnprocessableEntity, fmt.Sprintf("batch size %d > maximum allowed batch size %d", len(seqs), limit), "validation")
 		return
 	}
-	if t.Latency > 0 {
-		select {
-		case <-time.After(t.Latency):
-		case <-r.Context().Done():
-			return
-		}
+	if !sleep(r, t.Latency) {
+		return
 	}
 	out := make([][]teiPrediction, len(seqs))
 	for i, s := range seqs {
