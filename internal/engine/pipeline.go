@@ -170,8 +170,13 @@ func NewPipeline(ctx context.Context, cls provider.Classifier, cfg Config) *Pipe
 	}()
 	if p.guard != nil && cfg.StopOnFatal {
 		// Admission stops the moment the endpoint is found to refuse
-		// every call, before the rows that learn it come back.
+		// every call, before the rows that learn it come back, and when
+		// the provider is found down: the rows waiting for it stop
+		// waiting.
 		p.guard.Verdict().OnRefused(p.fatal)
+		p.guard.OnDown(func(cause string) {
+			p.fatal(&provider.Error{Outcome: outcome.UpstreamFailed, Down: true, Msg: cause})
+		})
 	}
 	return p
 }
@@ -583,12 +588,8 @@ func (p *Pipeline) fatalReason(pe *provider.Error) (StopReason, string) {
 	case pe.Unreachable:
 		return StopUnreachable, "cannot reach the provider: " + pe.Msg + fmt.Sprintf(" (the first %d calls could not connect and none was ever answered); check --endpoint and the network, then finish with --resume", resilience.UnreachableAfter)
 	case pe.Down:
-		cause := ""
-		if p.guard != nil {
-			cause = " (" + p.guard.DownCause() + ")"
-		}
-		return StopDown, "the provider has failed every call since the run began, and the circuit breaker's probe calls too" + cause +
-			": it looks down, not busy; try again later and finish with --resume"
+		return StopDown, "the provider has failed every call since the run began, and the circuit breaker's probe calls too (" + pe.Msg +
+			"): it looks down, not busy; try again later and finish with --resume"
 	case pe.Outcome == outcome.UpstreamQuota:
 		return StopQuota, "the provider answered HTTP 402 Payment Required" + said +
 			": the account cannot pay for these calls (no credits left, or pay-as-you-go is off for this provider); top up or turn pay-as-you-go on, or bill an organisation with --bill-to ORG, then finish with --resume"

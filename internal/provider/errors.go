@@ -32,8 +32,9 @@ type Error struct {
 	// (any but the router) and has not answered yet: its replica may be
 	// starting. Ask again WithScaleUp.
 	Cold bool
-	// Down is set when nothing has succeeded since the start and the
-	// breaker's probes failed too: the provider is down, not having a bad day.
+	// Down is set on the error that stops a batch when nothing has
+	// succeeded since the start and the breaker's probes failed too: the
+	// provider is down, not having a bad day. Msg names the commonest cause.
 	Down bool
 	// Msg is a short, safe summary.
 	Msg string

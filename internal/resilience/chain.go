@@ -199,6 +199,17 @@ func (g *Guard) Verdict() *Verdict { return g.run.verdict }
 // every call since the start, the breaker's probes included; "" otherwise.
 func (g *Guard) DownCause() string { return g.run.DownCause() }
 
+// OnDown sets f to be called, once, when the provider is found down: it
+// has failed every call for a whole breaker window since the run's first
+// call, and the breaker's probes failed too (never with a fallback, whose
+// rows are answered meanwhile). A batch stops there; a server goes on, and
+// its breaker keeps probing. Set it before the first call.
+func (g *Guard) OnDown(f func(cause string)) {
+	g.run.mu.Lock()
+	g.run.onDown = f
+	g.run.mu.Unlock()
+}
+
 // Cooldown is how long new calls must still wait after a 429.
 func (g *Guard) Cooldown() time.Duration { return max(0, g.cool.remaining()) }
 

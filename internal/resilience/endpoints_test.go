@@ -1,8 +1,11 @@
 package resilience
 
 import (
+	"context"
 	"net/http"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -64,36 +67,47 @@ func TestRateLimitWithoutHeaderBacksOffLonger(t *testing.T) {
 }
 
 // A provider that has answered nothing but failures since the start, for a
-// whole breaker window, with the breaker's probes failing too, is down: a
-// row ends at once, marked Down (the run stops), instead of waiting out its
-// deadline in the open breaker.
-func TestDownSinceTheStartEndsTheRows(t *testing.T) {
+// whole breaker window, with the breaker's probes failing too, is down: the
+// guard says so (OnDown, with the commonest cause), and a batch stops its
+// rows there instead of letting them wait out their deadline in the open
+// breaker; they end with their last failure, none final.
+func TestDownSinceTheStartIsTold(t *testing.T) {
 	prim := &stub{model: "p", reply: func(int64, int64) error { return status(503) }}
 	cfg := breakerConfig(&Counters{}, &syncBuffer{})
 	cfg.BreakerWindow, cfg.BreakerCooldown = 300*time.Millisecond, 100*time.Millisecond
 	g := Build(prim, cfg)
+	stop := make(chan struct{})
+	var told sync.Once
+	causes := make(chan string, 1)
+	g.OnDown(func(cause string) { told.Do(func() { causes <- cause; close(stop) }) })
 	start := time.Now()
 	var wg sync.WaitGroup
 	errs := make(chan error, 8)
 	for range 8 {
 		wg.Go(func() {
-			_, _, err := classifyRow(g, time.Minute)
+			ctx, cancel := context.WithTimeout(WithStop(context.Background(), stop), time.Minute)
+			defer cancel()
+			_, err := g.Classify(provider.WithTrace(ctx, &provider.Trace{}), []string{"it works"})
 			errs <- err
 		})
 	}
 	wg.Wait()
 	close(errs)
+	select {
+	case cause := <-causes:
+		if cause != g.DownCause() || !strings.Contains(cause, "HTTP 503") {
+			t.Fatalf("cause %q, DownCause %q", cause, g.DownCause())
+		}
+	default:
+		t.Fatal("never told down")
+	}
 	for err := range errs {
-		pe, ok := provider.AsError(err)
-		if !ok || !pe.Down || !pe.StopsRun() || pe.Outcome.Final() {
-			t.Fatalf("a row ended %v, want its last failure marked Down", err)
+		if pe, ok := provider.AsError(err); ok && pe.Outcome.Final() || !ok && !IsStopped(err) {
+			t.Fatalf("a row ended %v", err)
 		}
 	}
 	if d := time.Since(start); d > 20*time.Second {
 		t.Fatalf("took %s to find the provider down", d)
-	}
-	if g.DownCause() == "" {
-		t.Fatal("no cause named")
 	}
 }
 
@@ -136,13 +150,16 @@ func TestDownWithAFallbackGoesOn(t *testing.T) {
 	cfg.BreakerWindow, cfg.BreakerCooldown = 100*time.Millisecond, 50*time.Millisecond
 	cfg.Fallback = &stub{model: "backup"}
 	g := Build(prim, cfg)
+	var told atomic.Bool
+	g.OnDown(func(string) { told.Store(true) })
 	deadline := time.Now().Add(2 * time.Second)
 	for time.Now().Before(deadline) {
-		if _, _, err := classifyRow(g, time.Second); err != nil {
-			if pe, _ := provider.AsError(err); pe != nil && pe.Down {
-				t.Fatalf("stopped with a fallback: %v", err)
-			}
+		if ans, _, err := classifyRow(g, time.Second); err == nil && !ans.Fallback {
+			t.Fatal("the primary answered")
 		}
+	}
+	if told.Load() || g.DownCause() != "" {
+		t.Fatal("found down with a fallback answering")
 	}
 }
 

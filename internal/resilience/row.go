@@ -36,11 +36,6 @@ func (g *Guard) Classify(ctx context.Context, texts []string) (provider.Answer, 
 		if err == nil {
 			return ans, nil
 		}
-		if derr := g.run.downError(row); derr != nil {
-			// Down since the start: the row ends with what it got, and
-			// the run stops rather than wait for it for days.
-			return provider.Answer{}, derr
-		}
 		if isOpen(err) {
 			// Refused by the breaker: nothing was sent.
 			if ans, ok := g.tryFallback(ctx, texts); ok {

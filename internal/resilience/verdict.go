@@ -193,36 +193,28 @@ type runState struct {
 	first     atomic.Int64 // unix nanos of the run's first call, 0 before
 	down      atomic.Pointer[string]
 	verdict   *Verdict
+
+	mu     sync.Mutex
+	onDown func(cause string)
 }
 
 // markDown records, with the most common cause, that the breaker's probes
 // failed while nothing has succeeded since the run's first call, at least
-// window ago (--breaker-window): the provider is down, not having a bad day.
+// window ago (--breaker-window): the provider is down, not having a bad
+// day. The first time, it tells onDown (a batch stops there).
 func (s *runState) markDown(cause string, window time.Duration) {
 	first := s.first.Load()
-	if !s.succeeded.Load() && first != 0 && time.Since(time.Unix(0, first)) >= window {
-		s.down.CompareAndSwap(nil, &cause)
+	if s.succeeded.Load() || first == 0 || time.Since(time.Unix(0, first)) < window {
+		return
 	}
-}
-
-// downError is the error a row ends with once the provider is found down:
-// its last answer, or not_attempted if it was never sent, marked Down so
-// that a batch run stops.
-func (s *runState) downError(row *rowState) error {
-	if s.down.Load() == nil {
-		return nil
-	}
-	var e *provider.Error
-	if row != nil && row.last != nil {
-		if last, ok := provider.AsError(row.last); ok {
-			e = last.Clone()
+	if s.down.CompareAndSwap(nil, &cause) {
+		s.mu.Lock()
+		f := s.onDown
+		s.mu.Unlock()
+		if f != nil {
+			f(cause)
 		}
 	}
-	if e == nil {
-		e = &provider.Error{Outcome: outcome.NotAttempted, Msg: "not sent: the provider is down (it has failed every call since the run began)"}
-	}
-	e.Down = true
-	return e
 }
 
 // DownCause is the most common failure of a provider found down (""
