@@ -53,6 +53,16 @@ type Pipeline struct {
 	// within its admission wait, for Config.ShedStandingQueue.
 	turnedAway atomic.Int64
 
+	// Rows held for the endpoint's verdict (awaitVerdict). quiet is closed
+	// once no more evidence can come: the source ended or is idle, no row
+	// is being admitted, and every call in progress is a held row.
+	holdMu     sync.Mutex
+	held       atomic.Int32
+	admitting  atomic.Int32
+	sourceIdle bool
+	quiet      chan struct{}
+	quietOnce  sync.Once
+
 	active, maxActive atomic.Int64
 	calls, retries    atomic.Int64
 	fallbackCalls     atomic.Int64
@@ -165,7 +175,7 @@ func (p *Pipeline) remember(res results.Row) (answer, bool) {
 // admission (as Stop does); calls in flight then get the grace period.
 func NewPipeline(ctx context.Context, cls provider.Classifier, cfg Config) *Pipeline {
 	cfg.defaults()
-	p := &Pipeline{cfg: cfg, cls: cls, start: time.Now(), admitter: make(chan struct{}), idle: make(chan func())}
+	p := &Pipeline{cfg: cfg, cls: cls, start: time.Now(), admitter: make(chan struct{}), idle: make(chan func()), quiet: make(chan struct{})}
 	if g, ok := cls.(*resilience.Guard); ok {
 		p.guard, p.slots = g, g.Slots()
 	} else {
@@ -191,6 +201,16 @@ func NewPipeline(ctx context.Context, cls provider.Classifier, cfg Config) *Pipe
 		defer close(p.admitter)
 		p.admit()
 	}()
+	if p.guard != nil && cfg.StopOnFatal {
+		// Admission stops the moment the endpoint is found to refuse
+		// every call, before the rows that learn it come back, and when
+		// the provider is found down: the rows waiting for it stop
+		// waiting.
+		p.guard.Verdict().OnRefused(p.fatal)
+		p.guard.OnDown(func(cause string) {
+			p.fatal(&provider.Error{Outcome: outcome.UpstreamFailed, Down: true, Msg: cause})
+		})
+	}
 	return p
 }
 
@@ -251,6 +271,7 @@ func (p *Pipeline) Reject(j *Job, problem string) {
 func (p *Pipeline) Close() {
 	p.closeOnce.Do(func() { close(p.admitq) })
 	<-p.admitter
+	p.SourceIdle()
 	p.jobs.Wait()
 	p.graceCancel()
 	p.stopCalls()
@@ -265,6 +286,80 @@ func (p *Pipeline) Remember(text string, res results.Row) {
 	}
 	if a, ok := p.remember(res); ok {
 		p.cache.Add(p.cache.Key(text), a)
+	}
+}
+
+// SourceIdle tells the pipeline that no row is coming for now (a queue
+// claim found none; Close says it for the end of the input): a row held for
+// the endpoint's verdict then waits no longer for rows that would decide
+// it, once every call in progress is held too.
+func (p *Pipeline) SourceIdle() {
+	p.holdMu.Lock()
+	p.sourceIdle = true
+	p.checkQuiet()
+	p.holdMu.Unlock()
+}
+
+// checkQuiet closes quiet when no more evidence can come. holdMu is held.
+func (p *Pipeline) checkQuiet() {
+	if p.sourceIdle && len(p.admitq) == 0 && p.admitting.Load() == 0 && p.active.Load() <= int64(p.held.Load()) {
+		p.quietOnce.Do(func() { close(p.quiet) })
+	}
+}
+
+// awaitVerdict decides who is at fault for a row's 4xx (one that is not
+// 401/402/403/404/429) that came before the endpoint's verdict: a batch run
+// holds the row, without a slot, until a call succeeds (the text was at
+// fault: upstream_request_rejected, final), the endpoint is found to
+// refuse every call (upstream_endpoint, which stops the run and is redone
+// by --resume), the run stops, its deadline passes, or no more evidence can
+// come (quiet). A server does not hold its callers: it records the answer
+// as the verdict stands.
+func (p *Pipeline) awaitVerdict(ctx context.Context, err error) error {
+	v := p.guard.Verdict()
+	if !p.cfg.StopOnFatal || !v.Pending(err) {
+		return v.Judge(err)
+	}
+	p.holdMu.Lock()
+	p.held.Add(1)
+	p.checkQuiet()
+	p.holdMu.Unlock()
+	select {
+	case <-v.Done():
+	case <-p.quiet:
+	case <-p.admitCtx.Done():
+	case <-ctx.Done():
+	}
+	p.held.Add(-1)
+	return v.Judge(err)
+}
+
+// awaitSample holds admission (a batch's) while the sample that decides
+// whether the endpoint refuses every call is on its way: one round trip,
+// and no row is sent into an endpoint about to be found refusing.
+func (p *Pipeline) awaitSample() {
+	if p.guard == nil || !p.cfg.StopOnFatal {
+		return
+	}
+	v := p.guard.Verdict()
+	if !v.Probing() {
+		return
+	}
+	select {
+	case <-v.Done():
+	case <-p.admitCtx.Done():
+		return
+	}
+}
+
+// callEnded notes that a call in progress ended: the rows held for the
+// verdict may be all that is left.
+func (p *Pipeline) callEnded() {
+	p.active.Add(-1)
+	if p.held.Load() > 0 {
+		p.holdMu.Lock()
+		p.checkQuiet()
+		p.holdMu.Unlock()
 	}
 }
 
@@ -299,24 +394,33 @@ func (p *Pipeline) Stats() Stats {
 // flight takes no slot at all.
 func (p *Pipeline) admit() {
 	for j := range p.admitq {
-		it, ok := p.claim(j)
-		if !ok {
-			continue
-		}
-		if j.Group != nil && p.admitGrouped(it) {
-			continue
-		}
-		permit, refusal := p.slot(j, p.admissionWait())
-		if j.Group != nil {
-			j.Group.decide(refusal)
-		}
-		if permit == nil {
-			p.finish(j, refusal)
-			p.release(it, results.Row{})
-			continue
-		}
-		p.dispatch(p.gather([]item{it}), permit)
+		p.admitting.Add(1)
+		p.awaitSample()
+		p.admitOne(j)
+		p.admitting.Add(-1)
 	}
+}
+
+// admitOne gives j a slot, or records why not; a job of a group already
+// decided is its group's (admitGrouped).
+func (p *Pipeline) admitOne(j *Job) {
+	it, ok := p.claim(j)
+	if !ok {
+		return
+	}
+	if j.Group != nil && p.admitGrouped(it) {
+		return
+	}
+	permit, refusal := p.slot(j, p.admissionWait())
+	if j.Group != nil {
+		j.Group.decide(refusal)
+	}
+	if permit == nil {
+		p.finish(j, refusal)
+		p.release(it, results.Row{})
+		return
+	}
+	p.dispatch(p.gather([]item{it}), permit)
 }
 
 // decide records the fate of the group's first job: refused with refusal
@@ -519,7 +623,7 @@ func (p *Pipeline) work(batch []item, permit *resilience.Permit) {
 			}
 		}
 		permit.Cancel()
-		p.active.Add(-1)
+		p.callEnded()
 		for i, it := range batch {
 			p.release(it, res[i])
 			p.finish(it.job, res[i])
@@ -587,10 +691,10 @@ func (e errStop) Error() string { return string(e.reason) }
 // classifyError maps a failed call to its outcome and a safe message.
 func (p *Pipeline) classifyError(err error, rowCtx context.Context) (outcome.Code, string) {
 	if pe, ok := provider.AsError(err); ok {
-		if pe.Status != 0 {
-			return pe.Outcome, fmt.Sprintf("HTTP %d: %s", pe.Status, pe.Msg)
+		if p.cfg.ProviderText {
+			return pe.Outcome, pe.Summary()
 		}
-		return pe.Outcome, pe.Msg
+		return pe.Outcome, pe.Short()
 	}
 	switch {
 	case resilience.IsStopped(err):
@@ -609,7 +713,7 @@ func (p *Pipeline) classifyError(err error, rowCtx context.Context) (outcome.Cod
 // either (the token, the account, the model, or no connection at all).
 func (p *Pipeline) fatal(pe *provider.Error) {
 	p.fatalOnce.Do(func() {
-		reason, advice := fatalReason(pe)
+		reason, advice := p.fatalReason(pe)
 		p.fatalMsg.Store(&advice)
 		if !p.cfg.StopOnFatal {
 			p.cfg.Logger.Error(advice)
@@ -620,14 +724,30 @@ func (p *Pipeline) fatal(pe *provider.Error) {
 	})
 }
 
-func fatalReason(pe *provider.Error) (StopReason, string) {
+func (p *Pipeline) fatalReason(pe *provider.Error) (StopReason, string) {
+	said, summary := "", pe.Short()
+	if p.cfg.ProviderText {
+		summary = pe.Summary()
+		if pe.Reason != "" {
+			said = fmt.Sprintf(" (%q)", pe.Reason)
+		}
+		if pe.RequestID != "" {
+			said += " [request id " + pe.RequestID + "]"
+		}
+	}
 	switch {
 	case pe.Unreachable:
 		return StopUnreachable, "cannot reach the provider: " + pe.Msg + fmt.Sprintf(" (the first %d calls could not connect and none was ever answered); check --endpoint and the network, then finish with --resume", resilience.UnreachableAfter)
+	case pe.Down:
+		return StopDown, "the provider has failed every call since the run began, and the circuit breaker's probe calls too (" + pe.Msg +
+			"): it looks down, not busy; try again later and finish with --resume"
 	case pe.Outcome == outcome.UpstreamQuota:
-		return StopQuota, "the provider answered HTTP 402 Payment Required: the account has no credits left; top up, then finish with --resume"
+		return StopQuota, "the provider answered HTTP 402 Payment Required" + said +
+			": the account cannot pay for these calls (no credits left, or pay-as-you-go is off for this provider); top up or turn pay-as-you-go on, or bill an organisation with --bill-to ORG, then finish with --resume"
 	case pe.Outcome == outcome.UpstreamNotFound:
-		return StopNotFound, "the provider answered HTTP 404 Not Found: it has no such model at this endpoint; check --model and --endpoint, then finish with --resume"
+		return StopNotFound, "the provider answered HTTP 404 Not Found" + said + ": it has no such model at this endpoint; check --model and --endpoint, then finish with --resume"
+	case pe.Outcome == outcome.UpstreamEndpoint:
+		return StopEndpoint, summary + "; check --endpoint (and --model: is it a text-classification model served there?), then finish with --resume"
 	}
-	return StopAuth, "the provider rejected the token (HTTP 401/403); check HF_TOKEN or the token file, or use --provider local"
+	return StopAuth, "the provider rejected the token (HTTP 401/403)" + said + "; check HF_TOKEN or the token file, or use --provider local"
 }

@@ -374,6 +374,9 @@ func (w *Worker) Run(ctx context.Context, p *engine.Pipeline, g *resilience.Guar
 				return
 			}
 			emptyWait = true
+			// No row for now: a row held for the endpoint's verdict
+			// waits for no other.
+			p.SourceIdle()
 		}
 	}
 
