@@ -127,7 +127,11 @@ func runCheck(ctx context.Context, o *checkOptions, ios *IOStreams) error {
 	case o.endpoint != "":
 		res.add("token", "not found (none sent; not required with --endpoint)")
 	default:
-		res.add("token", "not found (looked in HF_TOKEN and "+provider.TokenPath(ios.getenv)+")")
+		where := "HF_TOKEN and " + provider.TokenPath(ios.getenv)
+		if provider.TokenPath(ios.getenv) == "" {
+			where = "HF_TOKEN only: with HOME unset there is no token file to look for; set HF_TOKEN_PATH"
+		}
+		res.add("token", "not found (looked in "+where+")")
 	}
 
 	capture := &captureTransport{rt: provider.NewHTTPClient(1, o.connectTimeout).Transport}

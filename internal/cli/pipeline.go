@@ -184,8 +184,11 @@ func (o *providerOptions) build(ios *IOStreams, log *slog.Logger, counters *resi
 		return nil, usageError(err)
 	}
 	if tok.Value == "" && o.endpoint == "" {
-		return nil, usageErrorf("no Hugging Face token: set HF_TOKEN=hf_... (or run `hf auth login`, which writes %s), or use --provider local to run offline",
-			provider.TokenPath(ios.getenv))
+		login := "run `hf auth login`, which writes " + provider.TokenPath(ios.getenv)
+		if provider.TokenPath(ios.getenv) == "" {
+			login = "run `hf auth login` and set HF_TOKEN_PATH to the file it writes: with HOME unset there is no token file to look for"
+		}
+		return nil, usageErrorf("no Hugging Face token: set HF_TOKEN=hf_... (or %s), or use --provider local to run offline", login)
 	}
 	hf, err := provider.NewHF(provider.HFConfig{
 		Model:          o.model,

@@ -83,6 +83,39 @@ type Job struct {
 	Deadline time.Time
 	// Done receives the row's result, exactly once, from any goroutine.
 	Done func(results.Row)
+	// Group, when set, admits this job with the others of its group as
+	// one (the items of one serve request): see Group.
+	Group *Group
+}
+
+// Group is jobs admitted as one. The first of them to come up for a slot
+// waits for one within the admission wait, as any job does; if it gets
+// one, the group is admitted, and each of the others then takes a slot as
+// soon as one is free, waiting up to its own Deadline rather than the
+// admission wait (in the group's order, while other jobs keep being
+// admitted). If it gets none, the group is refused: every job of it ends at
+// once with the same outcome (local_capacity, or why no slot was given),
+// and none is sent. So a request of 256 texts at -c 8 is answered whole,
+// or refused whole, never cut at the admission wait.
+type Group struct {
+	mu       sync.Mutex
+	decided  bool
+	refusal  *results.Row // set when refused
+	queue    []item       // admitted jobs waiting for a slot, in order
+	draining bool         // a goroutine is giving queue its slots
+}
+
+// NewGroup is a group with no job yet.
+func NewGroup() *Group { return &Group{} }
+
+// Refused is the outcome the group was refused with, if it was.
+func (g *Group) Refused() (results.Row, bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.refusal == nil {
+		return results.Row{}, false
+	}
+	return *g.refusal, true
 }
 
 // answer is what the dedupe cache remembers of a success. Label and model
@@ -363,27 +396,134 @@ func (p *Pipeline) admit() {
 	for j := range p.admitq {
 		p.admitting.Add(1)
 		p.awaitSample()
-		if it, ok := p.claim(j); ok {
-			if permit := p.acquire(j); permit != nil {
-				p.dispatch(p.gather([]item{it}), permit)
-			} else {
-				p.release(it, results.Row{})
-			}
-		}
+		p.admitOne(j)
 		p.admitting.Add(-1)
 	}
+}
+
+// admitOne gives j a slot, or records why not; a job of a group already
+// decided is its group's (admitGrouped).
+func (p *Pipeline) admitOne(j *Job) {
+	it, ok := p.claim(j)
+	if !ok {
+		return
+	}
+	if j.Group != nil && p.admitGrouped(it) {
+		return
+	}
+	permit, refusal := p.slot(j, p.admissionWait())
+	if j.Group != nil {
+		j.Group.decide(refusal)
+	}
+	if permit == nil {
+		p.finish(j, refusal)
+		p.release(it, results.Row{})
+		return
+	}
+	p.dispatch(p.gather([]item{it}), permit)
+}
+
+// decide records the fate of the group's first job: refused with refusal
+// (when it got no slot), or admitted.
+func (g *Group) decide(refusal results.Row) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.decided {
+		return
+	}
+	g.decided = true
+	if refusal.Outcome != "" {
+		g.refusal = &refusal
+	}
+}
+
+// admitGrouped handles a job of a group already decided, and reports
+// whether it did (false: the job is its group's first, and is admitted as
+// any job is). A refused group's job ends at once; an admitted group's job
+// takes a free slot now, or waits for one behind its group's others,
+// without holding up admission.
+func (p *Pipeline) admitGrouped(it item) bool {
+	g := it.job.Group
+	g.mu.Lock()
+	if !g.decided {
+		g.mu.Unlock()
+		return false
+	}
+	if g.refusal != nil {
+		refusal := *g.refusal
+		g.mu.Unlock()
+		p.finish(it.job, refusal)
+		p.release(it, results.Row{})
+		return true
+	}
+	if !g.draining {
+		if permit := p.freeSlot(); permit != nil {
+			g.mu.Unlock()
+			p.dispatch(p.gather([]item{it}), permit)
+			return true
+		}
+		g.draining = true
+		go p.drain(g)
+	}
+	g.queue = append(g.queue, it)
+	g.mu.Unlock()
+	return true
+}
+
+// drain gives the admitted group's waiting jobs their slots, in order,
+// each waiting up to its deadline.
+func (p *Pipeline) drain(g *Group) {
+	for {
+		g.mu.Lock()
+		if len(g.queue) == 0 {
+			g.draining = false
+			g.queue = nil
+			g.mu.Unlock()
+			return
+		}
+		it := g.queue[0]
+		g.queue[0] = item{}
+		g.queue = g.queue[1:]
+		g.mu.Unlock()
+		permit, refusal := p.slot(it.job, 0)
+		if permit == nil {
+			p.finish(it.job, refusal)
+			p.release(it, results.Row{})
+			continue
+		}
+		p.dispatch([]item{it}, permit)
+	}
+}
+
+// freeSlot is a slot if one is free now, else nil.
+func (p *Pipeline) freeSlot() *resilience.Permit {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // a done context: Acquire grants a free slot, and waits for none
+	permit, _ := p.slots.Acquire(ctx, p.admitCtx.Done())
+	return permit
 }
 
 // acquire waits for a slot for j, up to the admission wait from when j was
 // read. Without one, j is finished here (local_capacity, or not_attempted
 // when admission stopped or its caller left) and the answer is nil.
 func (p *Pipeline) acquire(j *Job) *resilience.Permit {
+	permit, refusal := p.slot(j, p.admissionWait())
+	if permit == nil {
+		p.finish(j, refusal)
+	}
+	return permit
+}
+
+// slot waits for a slot for j, up to wait from when j was read (0: up to
+// j's deadline, if it has one). Without one, the answer is nil and the
+// result j is to end with: local_capacity, or not_attempted when admission
+// stopped or its caller left.
+func (p *Pipeline) slot(j *Job, wait time.Duration) (*resilience.Permit, results.Row) {
 	ctx := p.admitCtx
 	if j.Ctx != nil {
 		ctx = j.Ctx
 	}
 	var cancel context.CancelFunc = func() {}
-	wait := p.admissionWait()
 	if wait > 0 {
 		ctx, cancel = context.WithDeadline(ctx, j.At.Add(wait))
 	} else if !j.Deadline.IsZero() {
@@ -392,33 +532,34 @@ func (p *Pipeline) acquire(j *Job) *resilience.Permit {
 	permit, err := p.slots.Acquire(ctx, p.admitCtx.Done())
 	cancel()
 	if err == nil {
-		return permit
+		return permit, results.Row{}
 	}
 	// How long the provider asked every call to wait (a 429's
 	// Retry-After): the pipeline's own slots, without a guard, never pause.
 	pause := p.slots.Paused()
 	switch {
 	case p.admitCtx.Err() != nil:
-		p.finishNotAttempted(j)
+		return nil, p.notAttempted()
 	case j.Ctx != nil && j.Ctx.Err() != nil:
-		p.finish(j, results.Row{Outcome: outcome.NotAttempted, StartedMs: -1, Error: "not sent: the caller went away"})
+		return nil, results.Row{Outcome: outcome.NotAttempted, StartedMs: -1, Error: "not sent: the caller went away"}
 	case pause > 0:
 		// No slot because the provider asked everyone to pause (a 429).
-		p.finish(j, results.Row{Outcome: outcome.UpstreamRateLimited, StartedMs: -1, RetryAfter: pause,
-			Error: "not sent: the provider asked for a pause (HTTP 429 Retry-After)"})
-	default:
-		// About one call's time frees a slot: when to try again.
-		retry := max(time.Second, p.latency())
-		msg := p.capacityMessage(wait)
-		p.turnedAway.Store(time.Now().UnixNano())
-		p.finish(j, results.Row{Outcome: outcome.LocalCapacity, StartedMs: -1, RetryAfter: retry, Error: msg})
+		return nil, results.Row{Outcome: outcome.UpstreamRateLimited, StartedMs: -1, RetryAfter: pause,
+			Error: "not sent: the provider asked for a pause (HTTP 429 Retry-After)"}
 	}
-	return nil
+	// About one call's time frees a slot: when to try again.
+	retry := max(time.Second, p.latency())
+	msg := p.capacityMessage(wait)
+	p.turnedAway.Store(time.Now().UnixNano())
+	return nil, results.Row{Outcome: outcome.LocalCapacity, StartedMs: -1, RetryAfter: retry, Error: msg}
 }
 
 // capacityMessage says why a row got no slot within wait, the admission
-// wait it was given.
+// wait it was given (0: its deadline).
 func (p *Pipeline) capacityMessage(wait time.Duration) string {
+	if wait <= 0 && p.cfg.AdmissionWait > 0 {
+		return "no free slot before the deadline (" + p.cfg.DeadlineFlag + ")"
+	}
 	if wait > 0 && wait < p.cfg.AdmissionWait {
 		return fmt.Sprintf("no free slot within %s: the slots are overloaded (rows turned away in the last %s)", wait, p.shedAfter())
 	}
@@ -519,8 +660,10 @@ func (p *Pipeline) worker(f func()) {
 	}
 }
 
-func (p *Pipeline) finishNotAttempted(j *Job) {
-	p.finish(j, results.Row{Outcome: outcome.NotAttempted, StartedMs: -1, Error: "not sent: " + string(p.StopReason())})
+func (p *Pipeline) finishNotAttempted(j *Job) { p.finish(j, p.notAttempted()) }
+
+func (p *Pipeline) notAttempted() results.Row {
+	return results.Row{Outcome: outcome.NotAttempted, StartedMs: -1, Error: "not sent: " + string(p.StopReason())}
 }
 
 func (p *Pipeline) ms(t time.Time) int64 { return t.Sub(p.start).Milliseconds() }

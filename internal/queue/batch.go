@@ -149,35 +149,11 @@ func (db *DB) Drop(ctx context.Context, name string) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	gone, rows := false, int64(0)
+	var gone bool
+	var rows int64
 	err = pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, "select 1 from hfsent.push_lock where batch_id = $1 for update", b.ID)
-		if err != nil {
-			return err
-		}
-		if tag.RowsAffected() == 0 {
-			gone = true // dropped meanwhile
-			return nil
-		}
-		if _, err := tx.Exec(ctx, "select pg_advisory_xact_lock("+batchGate+")", b.ID); err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, "select 1 from hfsent.batch where id = $1 for update", b.ID); err != nil {
-			return err
-		}
-		// The rows as of now, pushes since db.Batch read them included.
-		if err := tx.QueryRow(ctx, "select coalesce(sum(rows), 0) from hfsent.push where batch_id = $1", b.ID).Scan(&rows); err != nil {
-			return err
-		}
-		for _, table := range []string{"result", "item", "input", "client", "worker", "push", "push_lock"} {
-			if _, err := tx.Exec(ctx, "delete from hfsent."+table+" where batch_id = $1", b.ID); err != nil {
-				return err
-			}
-		}
-		if _, err := tx.Exec(ctx, "delete from hfsent.batch where id = $1", b.ID); err != nil {
-			return err
-		}
-		_, err = tx.Exec(ctx, "select pg_notify($1, 'dropped')", channel(b.ID))
+		var err error
+		gone, rows, err = dropTx(ctx, tx, b, false)
 		return err
 	})
 	if err != nil {
@@ -187,4 +163,43 @@ func (db *DB) Drop(ctx context.Context, name string) (int64, error) {
 		return 0, fmt.Errorf("%w %q at %s: it was dropped meanwhile", ErrNoBatch, name, db.url)
 	}
 	return rows, nil
+}
+
+// dropTx deletes batch b in tx, taking the locks in Drop's order, and
+// reports whether it was gone already, and the rows it had. With ifEmpty
+// it deletes b only when no push has filled it (rows is then 0).
+func dropTx(ctx context.Context, tx pgx.Tx, b *Batch, ifEmpty bool) (gone bool, rows int64, err error) {
+	tag, err := tx.Exec(ctx, "select 1 from hfsent.push_lock where batch_id = $1 for update", b.ID)
+	if err != nil {
+		return false, 0, err
+	}
+	if tag.RowsAffected() == 0 {
+		return true, 0, nil // dropped meanwhile
+	}
+	if _, err := tx.Exec(ctx, "select pg_advisory_xact_lock("+batchGate+")", b.ID); err != nil {
+		return false, 0, err
+	}
+	if _, err := tx.Exec(ctx, "select 1 from hfsent.batch where id = $1 for update", b.ID); err != nil {
+		return false, 0, err
+	}
+	// The rows as of now, pushes since b was read included.
+	if err := tx.QueryRow(ctx, "select coalesce(sum(rows), 0) from hfsent.push where batch_id = $1", b.ID).Scan(&rows); err != nil {
+		return false, 0, err
+	}
+	if ifEmpty {
+		var pushes bool
+		if err := tx.QueryRow(ctx, "select exists (select 1 from hfsent.push where batch_id = $1)", b.ID).Scan(&pushes); err != nil || pushes {
+			return false, rows, err
+		}
+	}
+	for _, table := range []string{"result", "item", "input", "client", "worker", "push", "push_lock"} {
+		if _, err := tx.Exec(ctx, "delete from hfsent."+table+" where batch_id = $1", b.ID); err != nil {
+			return false, 0, err
+		}
+	}
+	if _, err := tx.Exec(ctx, "delete from hfsent.batch where id = $1", b.ID); err != nil {
+		return false, 0, err
+	}
+	_, err = tx.Exec(ctx, "select pg_notify($1, 'dropped')", channel(b.ID))
+	return false, rows, err
 }
