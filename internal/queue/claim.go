@@ -806,3 +806,27 @@ r as (
 ),
 n as (select pg_notify($2, 'rescue') from x limit 1)
 select count(*) filter (where state = 'pending'), count(*) filter (where state = 'done') from x, (select count(*) from n) nn`
+
+// listen LISTENs on the batch's channel, on a connection of its own, and
+// calls notified once it listens (what came before is not missed: the loop
+// looks again) and on each notification, until the connection fails or ctx
+// ends.
+func (s *Session) listen(ctx context.Context, notified func()) error {
+	conn, err := s.db.Pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	// The connection is LISTENing: it is not handed back to the pool.
+	c := conn.Hijack()
+	defer c.Close(context.WithoutCancel(ctx))
+	if _, err := c.Exec(ctx, "listen "+pgx.Identifier{channel(s.batch.ID)}.Sanitize()); err != nil {
+		return err
+	}
+	notified()
+	for {
+		if _, err := c.WaitForNotification(ctx); err != nil {
+			return err
+		}
+		notified()
+	}
+}
