@@ -87,11 +87,6 @@ type Batch struct {
 	Rows             int64
 }
 
-const batchCols = `id, name, model, global_cap, coalesce(client_column, ''), coalesce(client_cap, 0),
-	coalesce(global_rps, 0), lease_ms, max_attempts, max_chars, paused_until, breaker_open_until,
-	created_at, started_at, finished_at,
-	(select coalesce(sum(p.rows), 0) from hfsent.push p where p.batch_id = batch.id)`
-
 func scanBatch(row pgx.Row) (*Batch, error) {
 	var b Batch
 	var leaseMs int64
@@ -104,7 +99,7 @@ func scanBatch(row pgx.Row) (*Batch, error) {
 
 // Batch loads the batch called name.
 func (db *DB) Batch(ctx context.Context, name string) (*Batch, error) {
-	b, err := scanBatch(db.Pool.QueryRow(ctx, "select "+batchCols+" from hfsent.batch where name = $1", name))
+	b, err := scanBatch(db.Pool.QueryRow(ctx, sqlBatch.sql, sqlBatch.with(pgx.StrictNamedArgs{"name": name})))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("%w %q at %s (hfsent queue list shows the batches there)", ErrNoBatch, name, db.url)
 	}
@@ -116,7 +111,7 @@ func (db *DB) Batch(ctx context.Context, name string) (*Batch, error) {
 
 // Batches lists every batch, oldest first.
 func (db *DB) Batches(ctx context.Context) ([]*Batch, error) {
-	rows, err := db.Pool.Query(ctx, "select "+batchCols+" from hfsent.batch order by id")
+	rows, err := db.Pool.Query(ctx, sqlBatches.sql, sqlBatches.with(nil))
 	if err != nil {
 		return nil, fmt.Errorf("listing batches: %s", summarise(err))
 	}
@@ -151,7 +146,8 @@ func (db *DB) Drop(ctx context.Context, name string) (int64, error) {
 	}
 	gone, rows := false, int64(0)
 	err = pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, "select 1 from hfsent.push_lock where batch_id = $1 for update", b.ID)
+		batch := pgx.StrictNamedArgs{"batch": b.ID}
+		tag, err := tx.Exec(ctx, sqlLockPush.sql, sqlLockPush.with(batch))
 		if err != nil {
 			return err
 		}
@@ -159,25 +155,20 @@ func (db *DB) Drop(ctx context.Context, name string) (int64, error) {
 			gone = true // dropped meanwhile
 			return nil
 		}
-		if _, err := tx.Exec(ctx, "select pg_advisory_xact_lock("+batchGate+")", b.ID); err != nil {
+		if _, err := tx.Exec(ctx, sqlDropGate.sql, sqlDropGate.with(batch)); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, "select 1 from hfsent.batch where id = $1 for update", b.ID); err != nil {
+		if _, err := tx.Exec(ctx, sqlLockBatch.sql, sqlLockBatch.with(batch)); err != nil {
 			return err
 		}
 		// The rows as of now, pushes since db.Batch read them included.
-		if err := tx.QueryRow(ctx, "select coalesce(sum(rows), 0) from hfsent.push where batch_id = $1", b.ID).Scan(&rows); err != nil {
+		if err := tx.QueryRow(ctx, sqlBatchRows.sql, sqlBatchRows.with(batch)).Scan(&rows); err != nil {
 			return err
 		}
-		for _, table := range []string{"result", "item", "input", "client", "worker", "push", "push_lock"} {
-			if _, err := tx.Exec(ctx, "delete from hfsent."+table+" where batch_id = $1", b.ID); err != nil {
-				return err
-			}
-		}
-		if _, err := tx.Exec(ctx, "delete from hfsent.batch where id = $1", b.ID); err != nil {
+		if _, err := tx.Exec(ctx, sqlDrop.sql, sqlDrop.with(batch)); err != nil {
 			return err
 		}
-		_, err = tx.Exec(ctx, "select pg_notify($1, 'dropped')", channel(b.ID))
+		_, err = tx.Exec(ctx, sqlNotify.sql, sqlNotify.with(pgx.StrictNamedArgs{"channel": channel(b.ID), "what": "dropped"}))
 		return err
 	})
 	if err != nil {
