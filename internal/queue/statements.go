@@ -51,6 +51,19 @@ var (
 	sqlExport         = load("export")
 	sqlSchemaExists   = load("schema_exists")
 	sqlSchemaVersion  = load("schema_version")
+
+	// A push (DB.Push), in the order it sends them.
+	sqlCreateBatch   = load("create_batch")
+	sqlPushed        = load("pushed")
+	sqlHadRows       = load("had_rows")
+	sqlReserveSeqs   = load("reserve_seqs")
+	sqlNewIDsTable   = load("new_ids_table")
+	sqlNewIDsFill    = load("new_ids_fill")
+	sqlNewIDsIndex   = load("new_ids_index")
+	sqlNewIDsAnalyze = load("new_ids_analyze")
+	sqlAddClients    = load("add_clients")
+	sqlRecordPush    = load("record_push")
+	sqlReopenBatch   = load("reopen_batch")
 )
 
 //go:embed sql/*.sql
