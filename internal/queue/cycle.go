@@ -40,23 +40,7 @@ func (s *Session) Cycle(ctx context.Context, in CycleIn) (CycleOut, error) {
 		})
 	}
 	if len(in.Done) > 0 {
-		sqlComplete.queue(b, s.completionArgs(in.Done)).Query(func(rows pgx.Rows) error {
-			seqs, err := pgx.CollectRows(rows, pgx.RowTo[int64])
-			if err != nil {
-				return err
-			}
-			written := make(map[int64]bool, len(seqs))
-			for _, seq := range seqs {
-				written[seq] = true
-			}
-			out.Written = len(written)
-			for _, c := range in.Done {
-				if !written[c.Seq] {
-					out.Discarded = append(out.Discarded, c)
-				}
-			}
-			return nil
-		})
+		sqlComplete.queue(b, s.completionArgs(in.Done)).Query(func(rows pgx.Rows) error { return out.readWritten(rows, in.Done) })
 	}
 	sqlLockBatch.queue(b, pgx.StrictNamedArgs{"batch": s.batch.ID}).QueryRow(func(row pgx.Row) error {
 		var pausedMs, openMs float64
@@ -93,11 +77,7 @@ func (s *Session) Cycle(ctx context.Context, in CycleIn) (CycleOut, error) {
 			claim, args["reserve"], args["promote"] = sqlClaimOne, in.Reserve, in.Promote
 		}
 		claim.queue(b, args).Query(func(rows pgx.Rows) (err error) {
-			out.Claimed, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (Claimed, error) {
-				var c Claimed
-				err := r.Scan(&c.Seq, &c.Attempt, &c.Reserved, &c.RequestID, &c.Text)
-				return c, err
-			})
+			out.Claimed, err = pgx.CollectRows(rows, scanClaimed)
 			return err
 		})
 	}
@@ -110,6 +90,34 @@ func (s *Session) Cycle(ctx context.Context, in CycleIn) (CycleOut, error) {
 	// Close reads every reply, in order, each through its statement's
 	// function, and stops at the first error.
 	return out, s.db.Pool.SendBatch(ctx, b).Close()
+}
+
+// readWritten reads complete.sql's reply, the rows written: the other
+// completions sent were discarded by the fence.
+func (out *CycleOut) readWritten(rows pgx.Rows, sent []Completion) error {
+	seqs, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return err
+	}
+	written := make(map[int64]bool, len(seqs))
+	for _, seq := range seqs {
+		written[seq] = true
+	}
+	out.Written = len(written)
+	for _, c := range sent {
+		if !written[c.Seq] {
+			out.Discarded = append(out.Discarded, c)
+		}
+	}
+	return nil
+}
+
+// scanClaimed reads a row of a claim's reply (claimed_rows in claim.sql
+// and claim_one.sql).
+func scanClaimed(r pgx.CollectableRow) (Claimed, error) {
+	var c Claimed
+	err := r.Scan(&c.Seq, &c.Attempt, &c.Reserved, &c.RequestID, &c.Text)
+	return c, err
 }
 
 // swapArgs are promote.sql's arguments for the completions that started a
