@@ -36,9 +36,16 @@ var listeningRE = regexp.MustCompile(`msg=listening addr=(\S+)`)
 // it listens.
 func startServe(t *testing.T, args ...string) *server {
 	t.Helper()
+	return startServeBin(t, bin, args...)
+}
+
+// startServeBin is startServe with another build of hfsent (plainBin).
+func startServeBin(t *testing.T, path string, args ...string) *server {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
 	cmd, _ := hfsent(t, ctx, append([]string{"serve", "--addr", "127.0.0.1:0"}, args...)...)
+	cmd.Path = path
 	cmd.Stderr = nil
 	pipe, err := cmd.StderrPipe()
 	if err != nil {

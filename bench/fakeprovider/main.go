@@ -6,9 +6,16 @@
 // Poison texts carry a marker anywhere in the text: "#timeout#" is never
 // answered (the call hangs until the client gives up), "#500#" is always
 // answered 500, "#400#" always 400.
+//
+// It also serves the endpoints of today as bench/endpoints.sh replays them:
+// -tei emulates text-embeddings-inference's /predict (fakehf.TEI), -replay
+// NAME answers every call with a recording of internal/fakehf/replays (its
+// exchanges in turn, then the last again), and -scale-to-zero DUR puts the
+// proxy of an Inference Endpoint scaled to zero in front (fakehf.ScaledToZero).
 package main
 
 import (
+	"encoding/json"
 	"flag"
 	"fmt"
 	"log"
@@ -39,6 +46,13 @@ func main() {
 	estimate := flag.Float64("estimated-time", 20, "estimated_time (seconds) in the loading 503")
 	flat := flag.Bool("flat", false, "answer [{label,score}] rather than the nested form")
 	addrFile := flag.String("addr-file", "", "write the bound address to this file once listening")
+	tei := flag.Bool("tei", false, "emulate text-embeddings-inference's /predict instead")
+	replay := flag.String("replay", "", "answer every call with this recording of internal/fakehf/replays")
+	replayThenOK := flag.Bool("replay-then-ok", false, "with -replay: its exchanges once each, then normal answers")
+	scaleToZero := flag.Duration("scale-to-zero", 0, "a replica starts this long after the first call; before, 503 (or held with X-Scale-Up-Timeout)")
+	rateWindow := flag.Duration("ratelimit-window", 0, "every call this long from the first gets 429 with the Hub's RateLimit header (r=0;t=seconds left), no Retry-After")
+	bare429 := flag.Duration("bare-429-for", 0, "every call this long from the first gets 429 with no Retry-After nor RateLimit header")
+	maxWords := flag.Int("max-words", 0, "a text of more words than this gets the inference toolkit's 400 (a tensor size mismatch) unless parameters.truncation is true (0: no limit)")
 	flag.Parse()
 
 	var rejected, failed, outage, poisoned, loading atomic.Int64
@@ -50,6 +64,25 @@ func main() {
 	f := &fakehf.Fake{Latency: *latency, Flat: *flat, NoRecord: true}
 	f.Script = func(n int64, texts []string, r *http.Request) fakehf.Reply {
 		t0 := start()
+		if *rateWindow > 0 {
+			if left := *rateWindow - time.Since(t0); left > 0 {
+				rejected.Add(1)
+				return fakehf.Reply{Status: 429, Immediate: true, Header: map[string]string{
+					"RateLimit": fmt.Sprintf(`"api";r=0;t=%d`, int(left.Seconds()+0.999)), "RateLimit-Policy": fmt.Sprintf(`"fixed window";"api";q=500;w=%d`, int(rateWindow.Seconds()))}}
+			}
+		}
+		if *bare429 > 0 && time.Since(t0) < *bare429 {
+			rejected.Add(1)
+			return fakehf.Reply{Status: 429, Immediate: true}
+		}
+		if *maxWords > 0 && !truncates(r) {
+			for _, t := range texts {
+				if w := len(strings.Fields(t)); w > *maxWords {
+					poisoned.Add(1)
+					return fakehf.Reply{Status: 400, Body: fmt.Sprintf(`{"error":"The size of tensor a (%d) must match the size of tensor b (%d) at non-singleton dimension 1"}`, w+2, *maxWords)}
+				}
+			}
+		}
 		for _, t := range texts {
 			switch {
 			case strings.Contains(t, "#timeout#"):
@@ -106,16 +139,51 @@ func main() {
 		}
 	}
 	fmt.Fprintln(os.Stderr, "fakeprovider listening on", ln.Addr())
-	srv := &http.Server{Handler: fakehf.Handler(f)}
+	var h http.Handler = fakehf.Handler(f)
+	calls := f.Calls
+	switch {
+	case *tei:
+		t := &fakehf.TEI{Latency: *latency}
+		h, calls = t, t.Calls
+	case *replay != "":
+		rec := fakehf.Load(*replay)
+		next, normal := rec.Script(), f.Script
+		f.Script = func(n int64, texts []string, r *http.Request) fakehf.Reply {
+			if *replayThenOK && n > int64(len(rec.Exchanges)) {
+				return normal(n, texts, r)
+			}
+			return next(n, texts, r)
+		}
+	}
+	var proxy *fakehf.ScaledToZero
+	if *scaleToZero > 0 {
+		proxy = &fakehf.ScaledToZero{Inner: h, StartUp: *scaleToZero}
+		h = proxy
+	}
+	srv := &http.Server{Handler: h}
 	go func() {
 		sig := make(chan os.Signal, 1)
 		signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
 		<-sig
+		if proxy != nil {
+			fmt.Fprintf(os.Stderr, "fakeprovider: proxy calls=%d refused_503=%d held=%d\n", proxy.Calls(), proxy.Refused(), proxy.Held())
+		}
 		fmt.Fprintf(os.Stderr, "fakeprovider: calls=%d max_in_flight=%d 429=%d 503=%d outage_500=%d poison=%d loading=%d\n",
-			f.Calls(), f.MaxInFlight(), rejected.Load(), failed.Load(), outage.Load(), poisoned.Load(), loading.Load())
+			calls(), f.MaxInFlight(), rejected.Load(), failed.Load(), outage.Load(), poisoned.Load(), loading.Load())
 		_ = srv.Close()
 	}()
 	if err := srv.Serve(ln); err != nil && err != http.ErrServerClosed {
 		log.Fatal(err)
 	}
+}
+
+// truncates reports whether a call asked for truncation, as transformers'
+// pipeline reads it: "parameters": {"truncation": true}.
+func truncates(r *http.Request) bool {
+	var req struct {
+		Parameters struct {
+			Truncation bool `json:"truncation"`
+		} `json:"parameters"`
+	}
+	return json.Unmarshal(fakehf.Body(r), &req) == nil && req.Parameters.Truncation
 }

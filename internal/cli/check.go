@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -18,11 +19,13 @@ import (
 )
 
 type checkOptions struct {
+	provider       string
 	model          string
 	endpoint       string
 	text           string
 	timeout        time.Duration
 	connectTimeout time.Duration
+	billTo         string
 }
 
 func newCheckCmd(ios *IOStreams) *cobra.Command {
@@ -36,7 +39,10 @@ the endpoint, the HTTP status, the latency, the shape of the answer (nested
 [[{label,score}]] as the Hugging Face API sends, or flat [{label,score}]) and
 the label. A loading model (503 with an estimated_time) is a normal state:
 check waits as long as the API says, asks again, and so on up to --timeout,
-then reports "model loading, ready after N s".
+then reports "model loading, ready after N s". So is a dedicated endpoint
+scaled to zero (a 503 from an endpoint other than the router): check asks
+again with X-Scale-Up-Timeout, which makes its proxy hold the call until a
+replica is up, within --timeout, and reports "scale-up: ready after N s".
 
 Exit 0 only when the sample got a label, that is when a batch would work;
 1 when it would not (no token, token rejected, endpoint unreachable, an answer
@@ -46,18 +52,23 @@ that is not a classification, ...); 2 for bad flags.`,
 
   # another model, or a dedicated Inference Endpoint
   hfsent check --model cardiffnlp/twitter-roberta-base-sentiment-latest
-  hfsent check --endpoint https://xyz.endpoints.huggingface.cloud`,
+  hfsent check --endpoint https://xyz.endpoints.huggingface.cloud --timeout 10m
+
+  # a text-embeddings-inference server
+  hfsent check --endpoint http://127.0.0.1:8080/predict`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runCheck(cmd.Context(), o, ios)
 		},
 	}
 	fs := cmd.Flags()
+	fs.StringVar(&o.provider, "provider", "hf", "hf: the Hugging Face API and servers that read its requests; tei: a text-embeddings-inference server's /predict (an --endpoint ending in /predict is read as tei)")
 	fs.StringVar(&o.model, "model", provider.DefaultModel, "model id")
 	fs.StringVar(&o.endpoint, "endpoint", "", "full http(s) URL to POST to; {model} is replaced\n(default "+provider.DefaultEndpoint+")")
-	fs.StringVar(&o.text, "text", "The repair was quick and the staff were friendly.", "the sample text sent")
-	fs.DurationVar(&o.timeout, "timeout", 60*time.Second, "the whole call, including waiting for a loading model ("+rangeHelp(minTimeout, maxTimeout)+")")
+	fs.StringVar(&o.text, "text", provider.SampleText, "the sample text sent")
+	fs.DurationVar(&o.timeout, "timeout", 60*time.Second, "the whole call, including waiting for a loading model or a cold endpoint's replica ("+rangeHelp(minTimeout, maxTimeout)+")")
 	fs.DurationVar(&o.connectTimeout, "connect-timeout", 3*time.Second, "connection set-up ("+rangeHelp(minTimeout, maxConnectTimeout)+")")
+	addBillToFlag(fs, &o.billTo)
 	return cmd
 }
 
@@ -87,6 +98,18 @@ func runCheck(ctx context.Context, o *checkOptions, ios *IOStreams) error {
 	if err := inRange("--connect-timeout", o.connectTimeout, minTimeout, maxConnectTimeout, ""); err != nil {
 		return err
 	}
+	switch o.provider {
+	case "hf":
+	case provider.APITEI:
+		if o.endpoint == "" {
+			return usageErrorf("--provider tei needs --endpoint: the URL of the server's /predict, e.g. http://127.0.0.1:8080/predict")
+		}
+	default:
+		return usageErrorf("--provider %q: want hf or tei (check asks an HTTP endpoint)", o.provider)
+	}
+	if err := checkBillTo(o.billTo); err != nil {
+		return err
+	}
 	if err := checkEndpoint(o.endpoint, o.model); err != nil {
 		return err
 	}
@@ -104,7 +127,11 @@ func runCheck(ctx context.Context, o *checkOptions, ios *IOStreams) error {
 	case o.endpoint != "":
 		res.add("token", "not found (none sent; not required with --endpoint)")
 	default:
-		res.add("token", "not found (looked in HF_TOKEN and "+provider.TokenPath(ios.getenv)+")")
+		where := "HF_TOKEN and " + provider.TokenPath(ios.getenv)
+		if provider.TokenPath(ios.getenv) == "" {
+			where = "HF_TOKEN only: with HOME unset there is no token file to look for; set HF_TOKEN_PATH"
+		}
+		res.add("token", "not found (looked in "+where+")")
 	}
 
 	capture := &captureTransport{rt: provider.NewHTTPClient(1, o.connectTimeout).Transport}
@@ -117,12 +144,20 @@ func runCheck(ctx context.Context, o *checkOptions, ios *IOStreams) error {
 		ConnectTimeout: o.connectTimeout,
 		UserAgent:      "hfsent/" + version + " (check)",
 		Client:         &http.Client{Transport: capture},
+		API:            (&providerOptions{provider: o.provider}).api(),
+		BillTo:         o.billTo,
 	})
 	if err != nil {
 		return usageError(fmt.Errorf("--endpoint %w", err))
 	}
 	res.add("endpoint", hf.URL()) // redacted
+	if hf.API() == provider.APITEI {
+		res.add("api", "tei (text-embeddings-inference's /predict: batches sent as [[text], ...])")
+	}
 	res.add("model", o.model)
+	if o.billTo != "" {
+		res.add("bill to", o.billTo+" (X-HF-Bill-To)")
+	}
 	if tok.Value == "" && o.endpoint == "" {
 		res.add("result", "FAIL: no Hugging Face token: set HF_TOKEN=hf_... or run `hf auth login`; nothing was sent")
 		return silentExit(ExitCheckFailed)
@@ -148,7 +183,16 @@ func runCheck(ctx context.Context, o *checkOptions, ios *IOStreams) error {
 		res.add("result", "FAIL: "+msg+": raise --timeout, or run check again shortly; a batch would wait for it")
 		return silentExit(ExitCheckFailed)
 	}
-	if load.seen {
+	if pe, ok := provider.AsError(err); ok && pe.Cold && load.cold {
+		res.add("scale-up", fmt.Sprintf("still answering 503 after %.1f s", load.waited.Seconds()))
+		res.add("outcome", string(pe.Outcome))
+		res.add("result", fmt.Sprintf("FAIL: %s at the end of --timeout %s: if the endpoint is scaled to zero, a replica can take minutes to start: raise --timeout (e.g. --timeout 10m), or run check again shortly; a batch would wait for it, within --row-deadline", pe.Msg, o.timeout))
+		return silentExit(ExitCheckFailed)
+	}
+	switch {
+	case load.cold:
+		res.add("scale-up", fmt.Sprintf("the endpoint answered 503 (scaled to zero?), ready after %.1f s", load.waited.Seconds()))
+	case load.seen:
 		res.add("loading", fmt.Sprintf("model loading, ready after %.1f s", load.waited.Seconds()))
 	}
 	if status == http.StatusOK {
@@ -157,11 +201,21 @@ func runCheck(ctx context.Context, o *checkOptions, ios *IOStreams) error {
 		case provider.ShapeNested:
 			shape += " ([[{label,score}]], as the Hugging Face API sends)"
 		case provider.ShapeFlat:
-			shape += " ([{label,score}]; hfsent reads it too)"
+			shape += " ([{label,score}] for one text; hfsent reads it too)"
 		default:
 			shape = "not a classification answer"
 		}
 		res.add("shape", shape)
+	}
+	if pe, ok := provider.AsError(err); ok {
+		// What the server said and the id it gave the call: what its
+		// support asks for.
+		if pe.Reason != "" {
+			res.add("reason", strconv.Quote(pe.Reason))
+		}
+		if pe.RequestID != "" {
+			res.add("request", pe.RequestID)
+		}
 	}
 	if err != nil {
 		oc, msg := describeFailure(err)
@@ -175,16 +229,20 @@ func runCheck(ctx context.Context, o *checkOptions, ios *IOStreams) error {
 	return nil
 }
 
-// loadWait is what check saw of a loading model.
+// loadWait is what check saw of a loading model or a cold endpoint.
 type loadWait struct {
 	seen   bool          // the model answered that it was loading
+	cold   bool          // the endpoint answered 503: it may be scaled to zero
 	waited time.Duration // from that first answer to the last
 }
 
 // sampleWaiting sends the sample. A loading model (503 with estimated_time)
 // is a normal, waitable state, so as classify's retries do it waits as long
 // as the API says and asks again (with X-Wait-For-Model), until --timeout
-// from the start is spent; the last answer is returned.
+// from the start is spent; the last answer is returned. A 503 from an
+// endpoint other than the router (one that may be scaled to zero) is asked
+// again at once: the client then sends X-Scale-Up-Timeout, and the
+// endpoint's proxy holds the call until a replica is up, within --timeout.
 func sampleWaiting(ctx context.Context, hf *provider.HF, o *checkOptions, errOut io.Writer) (provider.Answer, loadWait, error) {
 	deadline := time.Now().Add(o.timeout)
 	// --timeout bounds the whole check, waits and later attempts included.
@@ -192,27 +250,45 @@ func sampleWaiting(ctx context.Context, hf *provider.HF, o *checkOptions, errOut
 	defer cancel()
 	var load loadWait
 	var first time.Time
+	call := ctx
 	for {
-		ans, err := hf.Classify(ctx, []string{o.text})
+		ans, err := hf.Classify(call, []string{o.text})
 		pe, ok := provider.AsError(err)
-		if !ok || !pe.Loading {
-			if load.seen {
+		if !ok || !pe.Loading && !pe.Cold {
+			if load.seen || load.cold {
 				load.waited = time.Since(first)
 			}
 			return ans, load, err
 		}
-		if !load.seen {
-			load.seen, first = true, time.Now()
+		if !load.seen && !load.cold {
+			first = time.Now()
 		}
 		wait := pe.RetryAfter
-		if wait <= 0 {
-			wait = time.Second
+		switch {
+		case pe.Loading:
+			load.seen = true
+			if wait <= 0 {
+				wait = time.Second
+			}
+		case load.cold:
+			// Held by the proxy until the deadline and still 503: it is
+			// not starting, or not within --timeout.
+			load.waited = time.Since(first)
+			return ans, load, err
+		default:
+			load.cold = true
+			call = provider.WithScaleUp(ctx)
+			wait = min(max(wait, 0), time.Second)
 		}
 		if left := time.Until(deadline); wait > left {
 			load.waited = time.Since(first)
 			return ans, load, err
 		}
-		fmt.Fprintf(errOut, "hfsent: model loading, ready in about %.1f s; waiting (up to --timeout %s)\n", wait.Seconds(), o.timeout)
+		if pe.Loading {
+			fmt.Fprintf(errOut, "hfsent: model loading, ready in about %.1f s; waiting (up to --timeout %s)\n", wait.Seconds(), o.timeout)
+		} else {
+			fmt.Fprintf(errOut, "hfsent: the endpoint answered 503 Service Unavailable: it may be scaled to zero and starting a replica; asking again with X-Scale-Up-Timeout, so that its proxy holds the call until one is up (up to --timeout %s)\n", o.timeout)
+		}
 		t := time.NewTimer(wait)
 		select {
 		case <-t.C:
@@ -241,6 +317,12 @@ func describeFailure(err error) (outcome.Code, string) {
 	switch pe.Outcome {
 	case outcome.UpstreamAuth:
 		msg += ": check the token (a fine-grained token needs the 'Make calls to Inference Providers' permission)"
+	case outcome.UpstreamQuota:
+		msg += ": the account cannot pay for calls (no credits left, or pay-as-you-go off for this provider); top up, or bill an organisation with --bill-to ORG"
+	case outcome.UpstreamNotFound:
+		msg += ": check --model and --endpoint"
+	case outcome.UpstreamEndpoint:
+		msg += ": the endpoint refuses the call; check --endpoint (a batch would stop at once)"
 	case outcome.UpstreamRateLimited:
 		msg += ": the quota is spent for now; a batch would be throttled (see --rps)"
 	case outcome.UpstreamRequestRejected:

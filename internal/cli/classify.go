@@ -141,12 +141,17 @@ func runClassify(ctx context.Context, o *classifyOptions, ios *IOStreams, log *s
 	if err := o.validate(); err != nil {
 		return err
 	}
+	if o.output == "" || o.output == "-" {
+		if err := ios.checkOut("results"); err != nil {
+			return err
+		}
+	}
 	in, info, closeIn, err := openInput(o, ios)
 	if err != nil {
 		return err
 	}
 	defer closeIn()
-	src, err := input.NewReader(in, o.in.readerOptions(info.name))
+	src, err := input.NewReader(in, o.in.readerOptions(info.name, o.maxChars))
 	if err != nil {
 		return usageError(err)
 	}
@@ -258,8 +263,11 @@ func openInput(o *classifyOptions, ios *IOStreams) (io.Reader, inputInfo, func()
 		}
 		return f, info, func() { f.Close() }, nil
 	}
+	// Both readings are watched: a file that changes while it is read
+	// (truncated, or grown) stops the run where that is seen, and nothing
+	// read after is processed.
 	h := &digest{h: sha256.New()}
-	total, err := input.Count(io.TeeReader(f, h), o.in.readerOptions(o.input))
+	total, err := input.Count(io.TeeReader(input.Watch(f, st.Size(), o.input), h), o.in.readerOptions(o.input, o.maxChars))
 	if err != nil {
 		f.Close()
 		return nil, info, nil, usageError(err)
@@ -269,7 +277,7 @@ func openInput(o *classifyOptions, ios *IOStreams) (io.Reader, inputInfo, func()
 		return nil, info, nil, usageErrorf("cannot read input %s: %v", o.input, err)
 	}
 	info.total, info.size, info.digest = total, h.n, hex.EncodeToString(h.h.Sum(nil))
-	return f, info, func() { f.Close() }, nil
+	return input.Watch(f, st.Size(), o.input), info, func() { f.Close() }, nil
 }
 
 // digest hashes and counts what passes through it.

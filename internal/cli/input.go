@@ -45,9 +45,10 @@ func (o *inputOptions) validate() error {
 }
 
 // readerOptions are the options for reading the input named name (a path,
-// or "stdin"), after validate.
-func (o *inputOptions) readerOptions(name string) input.Options {
-	return input.Options{Name: name, IDColumn: o.idColumn, TextColumn: o.textColumn, Delimiter: o.delim, Encoding: o.encoding}
+// or "stdin"), after validate; maxChars is --max-chars, to which longer
+// fields are cut while they are read.
+func (o *inputOptions) readerOptions(name string, maxChars int) input.Options {
+	return input.Options{Name: name, IDColumn: o.idColumn, TextColumn: o.textColumn, Delimiter: o.delim, Encoding: o.encoding, MaxChars: maxChars}
 }
 
 // logInput says at debug level how the input is read.

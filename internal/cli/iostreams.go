@@ -15,7 +15,10 @@ type IOStreams struct {
 	ErrOut io.Writer
 	// ErrTTY says whether ErrOut is a terminal (progress is shown only there).
 	ErrTTY bool
-	Getenv func(string) string
+	// OutClosed says that the process started with stdout closed: what is
+	// written to Out is lost, so results are refused there.
+	OutClosed bool
+	Getenv    func(string) string
 	// HardExit ends the process at once (a second Ctrl-C); tests replace it.
 	HardExit func(code int)
 }
@@ -23,12 +26,13 @@ type IOStreams struct {
 // System returns the process's own streams.
 func System() *IOStreams {
 	return &IOStreams{
-		In:       os.Stdin,
-		Out:      os.Stdout,
-		ErrOut:   os.Stderr,
-		ErrTTY:   term.IsTerminal(int(os.Stderr.Fd())),
-		Getenv:   os.Getenv,
-		HardExit: os.Exit,
+		In:        os.Stdin,
+		Out:       os.Stdout,
+		ErrOut:    os.Stderr,
+		ErrTTY:    term.IsTerminal(int(os.Stderr.Fd())),
+		OutClosed: stdoutClosed(),
+		Getenv:    os.Getenv,
+		HardExit:  os.Exit,
 	}
 }
 
@@ -37,4 +41,13 @@ func (s *IOStreams) getenv(k string) string {
 		return ""
 	}
 	return s.Getenv(k)
+}
+
+// checkOut refuses to write results to a stdout that was closed: they
+// would be lost while the command claims success.
+func (s *IOStreams) checkOut(what string) error {
+	if !s.OutClosed {
+		return nil
+	}
+	return usageErrorf("stdout is closed (hfsent was started with >&-): the %s would be lost; give -o FILE, or redirect stdout (to /dev/null to discard them)", what)
 }

@@ -42,7 +42,7 @@ func openOutput(o *classifyOptions, ios *IOStreams, log *slog.Logger, src *input
 	out, err := resume.Open(resume.Options{
 		Path:        o.output,
 		Identity:    identity(o, in, src),
-		Read:        o.in.readerOptions(o.input),
+		Read:        o.in.readerOptions(o.input, o.maxChars),
 		IncludeText: o.includeText,
 		RawCSV:      o.rawCSV,
 		Resume:      o.resume,

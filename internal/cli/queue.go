@@ -262,14 +262,20 @@ func runPush(ctx context.Context, o *pushOptions, ios *IOStreams, log *slog.Logg
 		if v > queue.Latest() {
 			return queueError(db.Check(ctx))
 		}
-		if b, err := db.Batch(ctx, o.db.batch); err == nil && !o.flags.Changed("client-column") {
-			o.clientColumn = b.ClientColumn
+		if b, err := db.Batch(ctx, o.db.batch); err == nil {
+			if !o.flags.Changed("client-column") {
+				o.clientColumn = b.ClientColumn
+			}
+			// Texts are cut to the batch's limit as they are read.
+			if !o.flags.Changed("max-chars") {
+				o.maxChars = b.MaxChars
+			}
 		}
 	}
 	if o.clientCap > 0 && o.clientColumn == "" {
 		return usageErrorf("--client-cap needs --client-column: the column that names each row's client")
 	}
-	in, info, closeIn, err := openInput(&classifyOptions{input: o.input, in: o.in}, ios)
+	in, info, closeIn, err := openInput(&classifyOptions{input: o.input, in: o.in, maxChars: o.maxChars}, ios)
 	if err != nil {
 		return err
 	}
@@ -279,7 +285,7 @@ func runPush(ctx context.Context, o *pushOptions, ios *IOStreams, log *slog.Logg
 		h = &digest{h: sha256.New()}
 		in = io.TeeReader(in, h)
 	}
-	ropts := o.in.readerOptions(info.name)
+	ropts := o.in.readerOptions(info.name, o.maxChars)
 	ropts.ClientColumn = o.clientColumn
 	src, err := input.NewReader(in, ropts)
 	if err != nil {
@@ -533,6 +539,11 @@ saying whether it is pending or running.`,
 }
 
 func runExport(ctx context.Context, o *exportOptions, ios *IOStreams) error {
+	if o.output == "" || o.output == "-" {
+		if err := ios.checkOut("rows exported"); err != nil {
+			return err
+		}
+	}
 	db, err := o.db.open(ctx, ios, true, true)
 	if err != nil {
 		return err

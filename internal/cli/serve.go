@@ -9,6 +9,7 @@ import (
 	"os"
 	"regexp"
 	"regexp/syntax"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"syscall"
@@ -31,7 +32,10 @@ type serveOptions struct {
 	maxIDChars     int
 	idPattern      string
 	maxBody        byteSize
+	bodyBudget     byteSize
+	bodyBudgetSet  bool // --body-budget was given
 	maxItems       int
+	maxConns       int
 	batchSize      int
 	batchWait      time.Duration
 	dedupe         bool
@@ -46,14 +50,20 @@ type serveOptions struct {
 // Bounds of serve's own flags.
 const (
 	minMaxBody, maxMaxBody = 1 << 10, 64 << 20
+	minBodyBudget          = 1 << 20
+	maxBodyBudget          = 64 << 30
 	maxItemsLimit          = 10_000
+	maxConnsLimit          = 1_000_000
 	maxIDCharsLimit        = 10_000
 	maxGrace               = time.Hour
 	maxBatchWait           = 10 * time.Second
 )
 
 func newServeCmd(ios *IOStreams, g *globalOptions) *cobra.Command {
-	o := &serveOptions{maxBody: serve.DefaultMaxBody}
+	o := &serveOptions{
+		maxBody:    byteSize{n: serve.DefaultMaxBody, lo: minMaxBody, hi: maxMaxBody},
+		bodyBudget: byteSize{n: serve.DefaultBodyBudget, lo: minBodyBudget, hi: maxBodyBudget},
+	}
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Serve the classifier over HTTP, with admission control",
@@ -94,6 +104,7 @@ request: never the text, never the token.`,
 			o.dedupeSet = cmd.Flags().Changed("dedupe")
 			o.shedSet = cmd.Flags().Changed("shed")
 			o.rowDeadlineSet = cmd.Flags().Changed("row-deadline")
+			o.bodyBudgetSet = cmd.Flags().Changed("body-budget")
 			log, err := g.logger(ios)
 			if err != nil {
 				return err
@@ -117,7 +128,9 @@ request: never the text, never the token.`,
 	fs.IntVar(&o.maxIDChars, "max-id-chars", 128, "longer request ids are 422 invalid_input ("+rangeHelp(1, maxIDCharsLimit)+")")
 	fs.StringVar(&o.idPattern, "id-pattern", "", "regular expression (RE2) a request id must match in full, e.g. '[A-Za-z0-9_-]+' (default: any non-blank id)")
 	fs.Var(&o.maxBody, "max-body", "largest request body, in bytes or with KiB or MiB; larger is 413 ("+show(minMaxBody/1024)+"KiB-"+show(maxMaxBody>>20)+"MiB)")
+	fs.Var(&o.bodyBudget, "body-budget", "bytes that request bodies being read, decoded and answered may hold at once, over all requests: a body takes 3 times its size (its Content-Length, else --max-body) plus 64KiB before it is read, and keeps its size plus 64KiB until answered; a request that does not fit is answered 503 at once, its body unread (at least 3 x --max-body + 64KiB, raised to that when not given; "+serve.ShowBytes(minBodyBudget)+"-"+serve.ShowBytes(maxBodyBudget)+")")
 	fs.IntVar(&o.maxItems, "max-items", serve.DefaultMaxItems, "most items in one POST /v1/classify ("+rangeHelp(1, maxItemsLimit)+")")
+	fs.IntVar(&o.maxConns, "max-conns", serve.DefaultMaxConns, "connections open at once; past it a new one is answered 503 at once and closed (each may hold about 128KiB: headers read slowly) ("+rangeHelp(1, maxConnsLimit)+")")
 	fs.IntVar(&o.batchSize, "batch-size", 1, "most texts in one provider call: requests that arrive while the slots are busy ride together (1: off; "+rangeHelp(1, maxBatchSize)+")")
 	fs.DurationVar(&o.batchWait, "batch-wait", serve.DefaultBatchWait, "with --batch-size, how long a call that is not full waits for more texts, never past a request's --admission-wait ("+rangeHelp(minTimeout, maxBatchWait)+")")
 	fs.BoolVar(&o.dedupe, "dedupe", true, "identical texts in flight share one call, and recent answers are reused")
@@ -150,12 +163,20 @@ func (o *serveOptions) validate() error {
 		inRange("--max-chars", o.maxChars, 1, maxCharsLimit, ""),
 		inRange("--max-id-chars", o.maxIDChars, 1, maxIDCharsLimit, ""),
 		inRange("--max-items", o.maxItems, 1, maxItemsLimit, ""),
+		inRange("--max-conns", o.maxConns, 1, maxConnsLimit, ""),
 		inRange("--batch-size", o.batchSize, 1, maxBatchSize, ""),
 		inRange("--batch-wait", o.batchWait, minTimeout, maxBatchWait, ""),
 	} {
 		if err != nil {
 			return err
 		}
+	}
+	if need := serve.MinBodyBudget(o.maxBody.n); o.bodyBudget.n < need {
+		if o.bodyBudgetSet {
+			return usageErrorf("--body-budget %s cannot hold one body of --max-body %s, which is read and decoded in up to 3 times its size plus 64KiB: give at least %s",
+				o.bodyBudget.String(), o.maxBody.String(), serve.ShowBytes(need))
+		}
+		o.bodyBudget.n = need
 	}
 	if o.prov.admissionWait > o.requestTimeout {
 		return usageErrorf("--admission-wait %s is longer than --request-timeout %s: a request's wait for a slot is part of its deadline",
@@ -227,17 +248,27 @@ func runServe(ctx context.Context, o *serveOptions, ios *IOStreams, log *slog.Lo
 		},
 		RequestTimeout: o.requestTimeout,
 		Grace:          o.grace,
-		MaxBody:        int64(o.maxBody),
+		MaxBody:        o.maxBody.n,
+		BodyBudget:     o.bodyBudget.n,
+		MaxConns:       o.maxConns,
 		MaxItems:       o.maxItems,
 		Version:        version,
 		Logger:         log,
 	})
+	// The bodies and the connections are bounded: so is the heap, and the
+	// collector is told, so that garbage does not double it (GOMEMLIMIT,
+	// when set, is the operator's).
+	memLimit := serve.MemoryLimit(o.bodyBudget.n, o.maxConns)
+	if ios.getenv("GOMEMLIMIT") == "" {
+		debug.SetMemoryLimit(memLimit)
+	}
 	ctx, stopSignals := serveSignals(ctx, ios, log, o.grace)
 	defer stopSignals()
 	// Logged once the signals are caught: from here a SIGTERM drains.
 	log.Info("listening", "addr", ln.Addr().String(), "provider", o.prov.provider, "model", cls.Model(),
 		"concurrency", o.prov.concurrency, "admission_wait", o.prov.admissionWait, "retries", o.prov.retries,
-		"request_timeout", o.requestTimeout, "batch_size", o.batchSize)
+		"request_timeout", o.requestTimeout, "batch_size", o.batchSize, "body_budget", o.bodyBudget.String(),
+		"max_conns", o.maxConns, "memory_limit", serve.ShowBytes(memLimit))
 	if err := srv.Run(ctx, ln); err != nil {
 		return &exitError{code: ExitServeFailed, err: err}
 	}
@@ -265,19 +296,11 @@ func serveSignals(parent context.Context, ios *IOStreams, log *slog.Logger, grac
 	})
 }
 
-// byteSize is a flag holding a number of bytes: 1048576, 512KiB, 1MiB.
-type byteSize int64
+// byteSize is a flag holding a number of bytes within [lo, hi]: 1048576,
+// 512KiB, 1MiB, 1GiB.
+type byteSize struct{ n, lo, hi int64 }
 
-func (b *byteSize) String() string {
-	switch n := int64(*b); {
-	case n > 0 && n%(1<<20) == 0:
-		return strconv.FormatInt(n>>20, 10) + "MiB"
-	case n > 0 && n%(1<<10) == 0:
-		return strconv.FormatInt(n>>10, 10) + "KiB"
-	default:
-		return strconv.FormatInt(n, 10)
-	}
-}
+func (b *byteSize) String() string { return serve.ShowBytes(b.n) }
 
 func (b *byteSize) Set(v string) error {
 	s := strings.TrimSpace(v)
@@ -285,20 +308,17 @@ func (b *byteSize) Set(v string) error {
 	for _, u := range []struct {
 		suffix string
 		mult   int64
-	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"B", 1}} {
+	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"B", 1}} {
 		if num, ok := strings.CutSuffix(s, u.suffix); ok {
 			s, mult = strings.TrimSpace(num), u.mult
 			break
 		}
 	}
 	n, err := strconv.ParseInt(s, 10, 64)
-	if err != nil || n < 0 || n > maxMaxBody/mult {
-		return fmt.Errorf("want a size between %dKiB and %dMiB, such as 1MiB or 65536", minMaxBody>>10, maxMaxBody>>20)
+	if err != nil || n < 0 || n > b.hi/mult || n*mult < b.lo {
+		return fmt.Errorf("want a size between %s and %s, such as 1MiB or 65536", serve.ShowBytes(b.lo), serve.ShowBytes(b.hi))
 	}
-	if n*mult < minMaxBody {
-		return fmt.Errorf("want a size between %dKiB and %dMiB, such as 1MiB or 65536", minMaxBody>>10, maxMaxBody>>20)
-	}
-	*b = byteSize(n * mult)
+	b.n = n * mult
 	return nil
 }
 

@@ -31,6 +31,9 @@ func TestServeUsageErrors(t *testing.T) {
 		{[]string{"--max-body", "65MiB"}, `want a size between 1KiB and 64MiB`},
 		{[]string{"--max-body", "1GB"}, `want a size between 1KiB and 64MiB`},
 		{[]string{"--max-items", "0"}, "--max-items must be between 1 and 10000, got 0"},
+		{[]string{"--max-conns", "0"}, "--max-conns must be between 1 and 1000000, got 0"},
+		{[]string{"--body-budget", "100KiB"}, `invalid argument "100KiB" for "--body-budget" flag: want a size between 1MiB and 64GiB`},
+		{[]string{"--body-budget", "8MiB", "--max-body", "64MiB"}, "--body-budget 8MiB cannot hold one body of --max-body 64MiB, which is read and decoded in up to 3 times its size plus 64KiB: give at least 196672KiB"},
 		{[]string{"--max-id-chars", "0"}, "--max-id-chars must be between 1 and 10000, got 0"},
 		{[]string{"--max-chars", "0"}, "--max-chars must be between 1 and 1000000, got 0"},
 		{[]string{"--request-timeout", "0s"}, "--request-timeout must be between 1ms and 1h, got 0s"},
@@ -59,7 +62,7 @@ func TestServeUsageErrors(t *testing.T) {
 	}
 	// Serve's own defaults are what --help says.
 	help := runMain(t, nil, "", "serve", "--help").stdout
-	for _, s := range []string{"(default 35ms)", "multiply the load on a failing provider) (default 1)", "--request-timeout duration", "(default 15s)", "(default 1MiB)", "(default 256)", "(default 5ms)", "(default 128)", `(default "127.0.0.1:8000")`} {
+	for _, s := range []string{"(default 35ms)", "multiply the load on a failing provider) (default 1)", "--request-timeout duration", "(default 15s)", "(default 1MiB)", "(default 256)", "(default 5ms)", "(default 128)", "(default 64MiB)", "(default 1024)", `(default "127.0.0.1:8000")`} {
 		if !strings.Contains(help, s) {
 			t.Errorf("serve --help lacks %q", s)
 		}

@@ -165,13 +165,14 @@ func runWorker(ctx context.Context, o *workerOptions, ios *IOStreams, log *slog.
 	log.Info("worker started", "batch", b.Name, "owner", owner, "lease", s.Lease(), "global_cap", b.GlobalCap, "client_cap", b.ClientCap, "c", o.prov.concurrency)
 
 	p := engine.NewPipeline(context.Background(), cls, engine.Config{
-		Concurrency: o.prov.concurrency,
-		RowDeadline: o.prov.rowDeadline,
-		Rules:       engine.Rules{MaxChars: b.MaxChars},
-		BatchSize:   o.batchSize,
-		Dedupe:      o.dedupe && !o.noDedupe,
-		StopOnFatal: true,
-		Logger:      log,
+		Concurrency:  o.prov.concurrency,
+		RowDeadline:  o.prov.rowDeadline,
+		Rules:        engine.Rules{MaxChars: b.MaxChars},
+		BatchSize:    o.batchSize,
+		Dedupe:       o.dedupe && !o.noDedupe,
+		StopOnFatal:  true,
+		ProviderText: true,
+		Logger:       log,
 	})
 	bar := newCountBar(ios, o.flags.Changed("progress") || o.flags.Changed("no-progress"), o.progress && !o.noProgress, -1, "worker")
 	stopBar := make(chan struct{})

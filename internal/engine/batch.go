@@ -219,6 +219,11 @@ func (p *Pipeline) send(ctx context.Context, batch []item, out []results.Row, st
 	if !started.IsZero() {
 		startedMs, latency = p.ms(*started), time.Since(*started).Milliseconds()
 	}
+	if err != nil && len(batch) == 1 && p.guard != nil {
+		// Its text's fault, or the endpoint's? (held after the answer:
+		// the wait is not time at the provider)
+		err = p.awaitVerdict(ctx, err)
+	}
 	var code outcome.Code
 	var msg string
 	var retryAfter time.Duration

@@ -68,8 +68,15 @@ type Config struct {
 	// it ends at once with a Retry-After (a server's choice).
 	FailFast bool
 	// StopOnFatal stops admission when an answer says no other row can
-	// succeed (token, credits, model, no connection): a batch's choice.
+	// succeed (token, credits, model, endpoint, no connection, down): a
+	// batch's choice. It also holds a row the endpoint refused before any
+	// call succeeded until the endpoint's verdict (Pipeline.awaitVerdict).
 	StopOnFatal bool
+	// ProviderText writes what the server said of a failure (its reason,
+	// summarised, and its request id) into the row's error and the logs: a
+	// batch's choice, for its operator. A server keeps them from its
+	// callers and its log.
+	ProviderText bool
 	// ShedStandingQueue: for ShedAfter (or four calls' latency, if
 	// longer) after a row got no slot within AdmissionWait, rows wait at
 	// most ShedWait for one. A burst still gets the whole wait; a
@@ -135,9 +142,11 @@ const (
 	StopNone        StopReason = ""
 	StopInterrupted StopReason = "interrupted"
 	StopAuth        StopReason = "token rejected"
-	StopQuota       StopReason = "no credits left (HTTP 402)"
+	StopQuota       StopReason = "payment required (HTTP 402)"
 	StopNotFound    StopReason = "model not found (HTTP 404)"
+	StopEndpoint    StopReason = "endpoint refuses every call"
 	StopUnreachable StopReason = "provider unreachable"
+	StopDown        StopReason = "provider down"
 	StopMaxDuration StopReason = "max-duration reached"
 	StopWriteError  StopReason = "results could not be written"
 )
@@ -161,7 +170,7 @@ type Summary struct {
 	Elapsed       time.Duration
 	Stop          StopReason
 	// StopDetail says why the provider stopped the run and what to do
-	// (token, credits, model, connection); "" otherwise.
+	// (token, credits, model, endpoint, connection, down); "" otherwise.
 	StopDetail string
 	// InputErr is set when the input could not be parsed past some line;
 	// rows before it were processed.
@@ -169,10 +178,11 @@ type Summary struct {
 }
 
 // ProviderStop reports whether the provider's answers stopped the run: the
-// token, the account, the model, or no connection at all.
+// token, the account, the model, the endpoint, no connection at all, or a
+// provider down since the start.
 func (r StopReason) ProviderStop() bool {
 	switch r {
-	case StopAuth, StopQuota, StopNotFound, StopUnreachable:
+	case StopAuth, StopQuota, StopNotFound, StopEndpoint, StopUnreachable, StopDown:
 		return true
 	}
 	return false
@@ -208,7 +218,7 @@ type run struct {
 // not be written.
 func Run(ctx context.Context, src Source, sink Sink, cls provider.Classifier, cfg Config) (Summary, error) {
 	cfg.defaults()
-	cfg.StopOnFatal = true
+	cfg.StopOnFatal, cfg.ProviderText = true, true
 	r := &run{cfg: cfg, done: make(chan results.Row, cfg.Window), ids: NewIDs(cfg.ExpectedRows)}
 	r.p = NewPipeline(ctx, cls, cfg)
 	if cfg.MaxDuration > 0 {

@@ -53,6 +53,16 @@ type Pipeline struct {
 	// within its admission wait, for Config.ShedStandingQueue.
 	turnedAway atomic.Int64
 
+	// Rows held for the endpoint's verdict (awaitVerdict). quiet is closed
+	// once no more evidence can come: the source ended or is idle, no row
+	// is being admitted, and every call in progress is a held row.
+	holdMu     sync.Mutex
+	held       atomic.Int32
+	admitting  atomic.Int32
+	sourceIdle bool
+	quiet      chan struct{}
+	quietOnce  sync.Once
+
 	active, maxActive atomic.Int64
 	calls, retries    atomic.Int64
 	fallbackCalls     atomic.Int64
@@ -73,6 +83,39 @@ type Job struct {
 	Deadline time.Time
 	// Done receives the row's result, exactly once, from any goroutine.
 	Done func(results.Row)
+	// Group, when set, admits this job with the others of its group as
+	// one (the items of one serve request): see Group.
+	Group *Group
+}
+
+// Group is jobs admitted as one. The first of them to come up for a slot
+// waits for one within the admission wait, as any job does; if it gets
+// one, the group is admitted, and each of the others then takes a slot as
+// soon as one is free, waiting up to its own Deadline rather than the
+// admission wait (in the group's order, while other jobs keep being
+// admitted). If it gets none, the group is refused: every job of it ends at
+// once with the same outcome (local_capacity, or why no slot was given),
+// and none is sent. So a request of 256 texts at -c 8 is answered whole,
+// or refused whole, never cut at the admission wait.
+type Group struct {
+	mu       sync.Mutex
+	decided  bool
+	refusal  *results.Row // set when refused
+	queue    []item       // admitted jobs waiting for a slot, in order
+	draining bool         // a goroutine is giving queue its slots
+}
+
+// NewGroup is a group with no job yet.
+func NewGroup() *Group { return &Group{} }
+
+// Refused is the outcome the group was refused with, if it was.
+func (g *Group) Refused() (results.Row, bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.refusal == nil {
+		return results.Row{}, false
+	}
+	return *g.refusal, true
 }
 
 // answer is what the dedupe cache remembers of a success. Label and model
@@ -132,7 +175,7 @@ func (p *Pipeline) remember(res results.Row) (answer, bool) {
 // admission (as Stop does); calls in flight then get the grace period.
 func NewPipeline(ctx context.Context, cls provider.Classifier, cfg Config) *Pipeline {
 	cfg.defaults()
-	p := &Pipeline{cfg: cfg, cls: cls, start: time.Now(), admitter: make(chan struct{}), idle: make(chan func())}
+	p := &Pipeline{cfg: cfg, cls: cls, start: time.Now(), admitter: make(chan struct{}), idle: make(chan func()), quiet: make(chan struct{})}
 	if g, ok := cls.(*resilience.Guard); ok {
 		p.guard, p.slots = g, g.Slots()
 	} else {
@@ -158,6 +201,16 @@ func NewPipeline(ctx context.Context, cls provider.Classifier, cfg Config) *Pipe
 		defer close(p.admitter)
 		p.admit()
 	}()
+	if p.guard != nil && cfg.StopOnFatal {
+		// Admission stops the moment the endpoint is found to refuse
+		// every call, before the rows that learn it come back, and when
+		// the provider is found down: the rows waiting for it stop
+		// waiting.
+		p.guard.Verdict().OnRefused(p.fatal)
+		p.guard.OnDown(func(cause string) {
+			p.fatal(&provider.Error{Outcome: outcome.UpstreamFailed, Down: true, Msg: cause})
+		})
+	}
 	return p
 }
 
@@ -218,6 +271,7 @@ func (p *Pipeline) Reject(j *Job, problem string) {
 func (p *Pipeline) Close() {
 	p.closeOnce.Do(func() { close(p.admitq) })
 	<-p.admitter
+	p.SourceIdle()
 	p.jobs.Wait()
 	p.graceCancel()
 	p.stopCalls()
@@ -232,6 +286,80 @@ func (p *Pipeline) Remember(text string, res results.Row) {
 	}
 	if a, ok := p.remember(res); ok {
 		p.cache.Add(p.cache.Key(text), a)
+	}
+}
+
+// SourceIdle tells the pipeline that no row is coming for now (a queue
+// claim found none; Close says it for the end of the input): a row held for
+// the endpoint's verdict then waits no longer for rows that would decide
+// it, once every call in progress is held too.
+func (p *Pipeline) SourceIdle() {
+	p.holdMu.Lock()
+	p.sourceIdle = true
+	p.checkQuiet()
+	p.holdMu.Unlock()
+}
+
+// checkQuiet closes quiet when no more evidence can come. holdMu is held.
+func (p *Pipeline) checkQuiet() {
+	if p.sourceIdle && len(p.admitq) == 0 && p.admitting.Load() == 0 && p.active.Load() <= int64(p.held.Load()) {
+		p.quietOnce.Do(func() { close(p.quiet) })
+	}
+}
+
+// awaitVerdict decides who is at fault for a row's 4xx (one that is not
+// 401/402/403/404/429) that came before the endpoint's verdict: a batch run
+// holds the row, without a slot, until a call succeeds (the text was at
+// fault: upstream_request_rejected, final), the endpoint is found to
+// refuse every call (upstream_endpoint, which stops the run and is redone
+// by --resume), the run stops, its deadline passes, or no more evidence can
+// come (quiet). A server does not hold its callers: it records the answer
+// as the verdict stands.
+func (p *Pipeline) awaitVerdict(ctx context.Context, err error) error {
+	v := p.guard.Verdict()
+	if !p.cfg.StopOnFatal || !v.Pending(err) {
+		return v.Judge(err)
+	}
+	p.holdMu.Lock()
+	p.held.Add(1)
+	p.checkQuiet()
+	p.holdMu.Unlock()
+	select {
+	case <-v.Done():
+	case <-p.quiet:
+	case <-p.admitCtx.Done():
+	case <-ctx.Done():
+	}
+	p.held.Add(-1)
+	return v.Judge(err)
+}
+
+// awaitSample holds admission (a batch's) while the sample that decides
+// whether the endpoint refuses every call is on its way: one round trip,
+// and no row is sent into an endpoint about to be found refusing.
+func (p *Pipeline) awaitSample() {
+	if p.guard == nil || !p.cfg.StopOnFatal {
+		return
+	}
+	v := p.guard.Verdict()
+	if !v.Probing() {
+		return
+	}
+	select {
+	case <-v.Done():
+	case <-p.admitCtx.Done():
+		return
+	}
+}
+
+// callEnded notes that a call in progress ended: the rows held for the
+// verdict may be all that is left.
+func (p *Pipeline) callEnded() {
+	p.active.Add(-1)
+	if p.held.Load() > 0 {
+		p.holdMu.Lock()
+		p.checkQuiet()
+		p.holdMu.Unlock()
 	}
 }
 
@@ -266,29 +394,136 @@ func (p *Pipeline) Stats() Stats {
 // flight takes no slot at all.
 func (p *Pipeline) admit() {
 	for j := range p.admitq {
-		it, ok := p.claim(j)
-		if !ok {
-			continue
+		p.admitting.Add(1)
+		p.awaitSample()
+		p.admitOne(j)
+		p.admitting.Add(-1)
+	}
+}
+
+// admitOne gives j a slot, or records why not; a job of a group already
+// decided is its group's (admitGrouped).
+func (p *Pipeline) admitOne(j *Job) {
+	it, ok := p.claim(j)
+	if !ok {
+		return
+	}
+	if j.Group != nil && p.admitGrouped(it) {
+		return
+	}
+	permit, refusal := p.slot(j, p.admissionWait())
+	if j.Group != nil {
+		j.Group.decide(refusal)
+	}
+	if permit == nil {
+		p.finish(j, refusal)
+		p.release(it, results.Row{})
+		return
+	}
+	p.dispatch(p.gather([]item{it}), permit)
+}
+
+// decide records the fate of the group's first job: refused with refusal
+// (when it got no slot), or admitted.
+func (g *Group) decide(refusal results.Row) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.decided {
+		return
+	}
+	g.decided = true
+	if refusal.Outcome != "" {
+		g.refusal = &refusal
+	}
+}
+
+// admitGrouped handles a job of a group already decided, and reports
+// whether it did (false: the job is its group's first, and is admitted as
+// any job is). A refused group's job ends at once; an admitted group's job
+// takes a free slot now, or waits for one behind its group's others,
+// without holding up admission.
+func (p *Pipeline) admitGrouped(it item) bool {
+	g := it.job.Group
+	g.mu.Lock()
+	if !g.decided {
+		g.mu.Unlock()
+		return false
+	}
+	if g.refusal != nil {
+		refusal := *g.refusal
+		g.mu.Unlock()
+		p.finish(it.job, refusal)
+		p.release(it, results.Row{})
+		return true
+	}
+	if !g.draining {
+		if permit := p.freeSlot(); permit != nil {
+			g.mu.Unlock()
+			p.dispatch(p.gather([]item{it}), permit)
+			return true
 		}
-		permit := p.acquire(j)
+		g.draining = true
+		go p.drain(g)
+	}
+	g.queue = append(g.queue, it)
+	g.mu.Unlock()
+	return true
+}
+
+// drain gives the admitted group's waiting jobs their slots, in order,
+// each waiting up to its deadline.
+func (p *Pipeline) drain(g *Group) {
+	for {
+		g.mu.Lock()
+		if len(g.queue) == 0 {
+			g.draining = false
+			g.queue = nil
+			g.mu.Unlock()
+			return
+		}
+		it := g.queue[0]
+		g.queue[0] = item{}
+		g.queue = g.queue[1:]
+		g.mu.Unlock()
+		permit, refusal := p.slot(it.job, 0)
 		if permit == nil {
+			p.finish(it.job, refusal)
 			p.release(it, results.Row{})
 			continue
 		}
-		p.dispatch(p.gather([]item{it}), permit)
+		p.dispatch([]item{it}, permit)
 	}
+}
+
+// freeSlot is a slot if one is free now, else nil.
+func (p *Pipeline) freeSlot() *resilience.Permit {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // a done context: Acquire grants a free slot, and waits for none
+	permit, _ := p.slots.Acquire(ctx, p.admitCtx.Done())
+	return permit
 }
 
 // acquire waits for a slot for j, up to the admission wait from when j was
 // read. Without one, j is finished here (local_capacity, or not_attempted
 // when admission stopped or its caller left) and the answer is nil.
 func (p *Pipeline) acquire(j *Job) *resilience.Permit {
+	permit, refusal := p.slot(j, p.admissionWait())
+	if permit == nil {
+		p.finish(j, refusal)
+	}
+	return permit
+}
+
+// slot waits for a slot for j, up to wait from when j was read (0: up to
+// j's deadline, if it has one). Without one, the answer is nil and the
+// result j is to end with: local_capacity, or not_attempted when admission
+// stopped or its caller left.
+func (p *Pipeline) slot(j *Job, wait time.Duration) (*resilience.Permit, results.Row) {
 	ctx := p.admitCtx
 	if j.Ctx != nil {
 		ctx = j.Ctx
 	}
 	var cancel context.CancelFunc = func() {}
-	wait := p.admissionWait()
 	if wait > 0 {
 		ctx, cancel = context.WithDeadline(ctx, j.At.Add(wait))
 	} else if !j.Deadline.IsZero() {
@@ -297,33 +532,34 @@ func (p *Pipeline) acquire(j *Job) *resilience.Permit {
 	permit, err := p.slots.Acquire(ctx, p.admitCtx.Done())
 	cancel()
 	if err == nil {
-		return permit
+		return permit, results.Row{}
 	}
 	// How long the provider asked every call to wait (a 429's
 	// Retry-After): the pipeline's own slots, without a guard, never pause.
 	pause := p.slots.Paused()
 	switch {
 	case p.admitCtx.Err() != nil:
-		p.finishNotAttempted(j)
+		return nil, p.notAttempted()
 	case j.Ctx != nil && j.Ctx.Err() != nil:
-		p.finish(j, results.Row{Outcome: outcome.NotAttempted, StartedMs: -1, Error: "not sent: the caller went away"})
+		return nil, results.Row{Outcome: outcome.NotAttempted, StartedMs: -1, Error: "not sent: the caller went away"}
 	case pause > 0:
 		// No slot because the provider asked everyone to pause (a 429).
-		p.finish(j, results.Row{Outcome: outcome.UpstreamRateLimited, StartedMs: -1, RetryAfter: pause,
-			Error: "not sent: the provider asked for a pause (HTTP 429 Retry-After)"})
-	default:
-		// About one call's time frees a slot: when to try again.
-		retry := max(time.Second, p.latency())
-		msg := p.capacityMessage(wait)
-		p.turnedAway.Store(time.Now().UnixNano())
-		p.finish(j, results.Row{Outcome: outcome.LocalCapacity, StartedMs: -1, RetryAfter: retry, Error: msg})
+		return nil, results.Row{Outcome: outcome.UpstreamRateLimited, StartedMs: -1, RetryAfter: pause,
+			Error: "not sent: the provider asked for a pause (HTTP 429 Retry-After)"}
 	}
-	return nil
+	// About one call's time frees a slot: when to try again.
+	retry := max(time.Second, p.latency())
+	msg := p.capacityMessage(wait)
+	p.turnedAway.Store(time.Now().UnixNano())
+	return nil, results.Row{Outcome: outcome.LocalCapacity, StartedMs: -1, RetryAfter: retry, Error: msg}
 }
 
 // capacityMessage says why a row got no slot within wait, the admission
-// wait it was given.
+// wait it was given (0: its deadline).
 func (p *Pipeline) capacityMessage(wait time.Duration) string {
+	if wait <= 0 && p.cfg.AdmissionWait > 0 {
+		return "no free slot before the deadline (" + p.cfg.DeadlineFlag + ")"
+	}
 	if wait > 0 && wait < p.cfg.AdmissionWait {
 		return fmt.Sprintf("no free slot within %s: the slots are overloaded (rows turned away in the last %s)", wait, p.shedAfter())
 	}
@@ -387,7 +623,7 @@ func (p *Pipeline) work(batch []item, permit *resilience.Permit) {
 			}
 		}
 		permit.Cancel()
-		p.active.Add(-1)
+		p.callEnded()
 		for i, it := range batch {
 			p.release(it, res[i])
 			p.finish(it.job, res[i])
@@ -424,8 +660,10 @@ func (p *Pipeline) worker(f func()) {
 	}
 }
 
-func (p *Pipeline) finishNotAttempted(j *Job) {
-	p.finish(j, results.Row{Outcome: outcome.NotAttempted, StartedMs: -1, Error: "not sent: " + string(p.StopReason())})
+func (p *Pipeline) finishNotAttempted(j *Job) { p.finish(j, p.notAttempted()) }
+
+func (p *Pipeline) notAttempted() results.Row {
+	return results.Row{Outcome: outcome.NotAttempted, StartedMs: -1, Error: "not sent: " + string(p.StopReason())}
 }
 
 func (p *Pipeline) ms(t time.Time) int64 { return t.Sub(p.start).Milliseconds() }
@@ -453,10 +691,10 @@ func (e errStop) Error() string { return string(e.reason) }
 // classifyError maps a failed call to its outcome and a safe message.
 func (p *Pipeline) classifyError(err error, rowCtx context.Context) (outcome.Code, string) {
 	if pe, ok := provider.AsError(err); ok {
-		if pe.Status != 0 {
-			return pe.Outcome, fmt.Sprintf("HTTP %d: %s", pe.Status, pe.Msg)
+		if p.cfg.ProviderText {
+			return pe.Outcome, pe.Summary()
 		}
-		return pe.Outcome, pe.Msg
+		return pe.Outcome, pe.Short()
 	}
 	switch {
 	case resilience.IsStopped(err):
@@ -475,7 +713,7 @@ func (p *Pipeline) classifyError(err error, rowCtx context.Context) (outcome.Cod
 // either (the token, the account, the model, or no connection at all).
 func (p *Pipeline) fatal(pe *provider.Error) {
 	p.fatalOnce.Do(func() {
-		reason, advice := fatalReason(pe)
+		reason, advice := p.fatalReason(pe)
 		p.fatalMsg.Store(&advice)
 		if !p.cfg.StopOnFatal {
 			p.cfg.Logger.Error(advice)
@@ -486,14 +724,30 @@ func (p *Pipeline) fatal(pe *provider.Error) {
 	})
 }
 
-func fatalReason(pe *provider.Error) (StopReason, string) {
+func (p *Pipeline) fatalReason(pe *provider.Error) (StopReason, string) {
+	said, summary := "", pe.Short()
+	if p.cfg.ProviderText {
+		summary = pe.Summary()
+		if pe.Reason != "" {
+			said = fmt.Sprintf(" (%q)", pe.Reason)
+		}
+		if pe.RequestID != "" {
+			said += " [request id " + pe.RequestID + "]"
+		}
+	}
 	switch {
 	case pe.Unreachable:
 		return StopUnreachable, "cannot reach the provider: " + pe.Msg + fmt.Sprintf(" (the first %d calls could not connect and none was ever answered); check --endpoint and the network, then finish with --resume", resilience.UnreachableAfter)
+	case pe.Down:
+		return StopDown, "the provider has failed every call since the run began, and the circuit breaker's probe calls too (" + pe.Msg +
+			"): it looks down, not busy; try again later and finish with --resume"
 	case pe.Outcome == outcome.UpstreamQuota:
-		return StopQuota, "the provider answered HTTP 402 Payment Required: the account has no credits left; top up, then finish with --resume"
+		return StopQuota, "the provider answered HTTP 402 Payment Required" + said +
+			": the account cannot pay for these calls (no credits left, or pay-as-you-go is off for this provider); top up or turn pay-as-you-go on, or bill an organisation with --bill-to ORG, then finish with --resume"
 	case pe.Outcome == outcome.UpstreamNotFound:
-		return StopNotFound, "the provider answered HTTP 404 Not Found: it has no such model at this endpoint; check --model and --endpoint, then finish with --resume"
+		return StopNotFound, "the provider answered HTTP 404 Not Found" + said + ": it has no such model at this endpoint; check --model and --endpoint, then finish with --resume"
+	case pe.Outcome == outcome.UpstreamEndpoint:
+		return StopEndpoint, summary + "; check --endpoint (and --model: is it a text-classification model served there?), then finish with --resume"
 	}
-	return StopAuth, "the provider rejected the token (HTTP 401/403); check HF_TOKEN or the token file, or use --provider local"
+	return StopAuth, "the provider rejected the token (HTTP 401/403)" + said + "; check HF_TOKEN or the token file, or use --provider local"
 }

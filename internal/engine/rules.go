@@ -43,18 +43,23 @@ func (r Rules) Check(row input.Row, seen func(id string) bool) string {
 	if seen != nil && seen(id) {
 		return "duplicate request id"
 	}
-	if strings.TrimSpace(row.Text) == "" {
+	// A text the reader cut (row.TextChars) was over the limit, whatever
+	// its first characters are.
+	if row.TextChars == 0 && strings.TrimSpace(row.Text) == "" {
 		return "blank text"
 	}
 	maxChars := r.MaxChars
 	if maxChars <= 0 {
-		maxChars = 5000
+		maxChars = input.DefaultMaxChars
 	}
-	// Counting runes stops early: a 1 MiB text is not counted to its end.
-	if len(row.Text) > maxChars {
-		if n := utf8.RuneCountInString(row.Text); n > maxChars {
-			return fmt.Sprintf("text has %d characters, over --max-chars %d", n, maxChars)
-		}
+	n := row.TextChars
+	// A text no longer in bytes than the limit is within it in characters.
+	if n == 0 && len(row.Text) > maxChars {
+		n = int64(utf8.RuneCountInString(row.Text))
+	}
+	// A cut text never passes, even under a larger limit than the reader's.
+	if row.TextChars > 0 || n > int64(maxChars) {
+		return fmt.Sprintf("text has %d characters, over --max-chars %d", n, maxChars)
 	}
 	return ""
 }

@@ -5,6 +5,7 @@
 package fakehf
 
 import (
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -21,6 +22,7 @@ type Reply struct {
 	Status int
 	Header map[string]string
 	Body   string        // raw body; empty means the default for Status
+	NoBody bool          // answer with no body at all
 	Delay  time.Duration // extra delay before answering (beyond Latency)
 	// Immediate answers without Latency: a rejection at the door, as a
 	// provider's rate limiter sends its 429s.
@@ -50,6 +52,7 @@ type Fake struct {
 	mu      sync.Mutex
 	seen    map[string]int
 	headers []http.Header
+	bodies  [][]byte
 	auths   []string
 }
 
@@ -93,8 +96,23 @@ func (f *Fake) Headers() []http.Header {
 	return append([]http.Header(nil), f.headers...)
 }
 
+// Bodies returns the request bodies received, in arrival order.
+func (f *Fake) Bodies() [][]byte {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([][]byte(nil), f.bodies...)
+}
+
 type request struct {
 	Inputs json.RawMessage `json:"inputs"`
+}
+
+type bodyKey struct{}
+
+// Body is the body of the request a Script is answering.
+func Body(r *http.Request) []byte {
+	b, _ := r.Context().Value(bodyKey{}).([]byte)
+	return b
 }
 
 // Label is the fake model's deterministic answer for a text.
@@ -131,6 +149,7 @@ func (f *Fake) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			f.seen[t]++
 		}
 		f.headers = append(f.headers, r.Header.Clone())
+		f.bodies = append(f.bodies, body)
 		f.mu.Unlock()
 	}
 
@@ -138,7 +157,7 @@ func (f *Fake) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if f.Token != "" && r.Header.Get("Authorization") != "Bearer "+f.Token {
 		rep = Reply{Status: 401, Body: `{"error":"Invalid credentials in Authorization header"}`}
 	} else if f.Script != nil {
-		rep = f.Script(n, texts, r)
+		rep = f.Script(n, texts, r.WithContext(context.WithValue(r.Context(), bodyKey{}, body)))
 	}
 	wait := f.Latency + rep.Delay
 	if rep.Immediate {
@@ -147,14 +166,14 @@ func (f *Fake) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !sleep(r, wait) {
 		return
 	}
+	w.Header().Set("Content-Type", "application/json")
 	for k, v := range rep.Header {
 		w.Header().Set(k, v)
 	}
-	w.Header().Set("Content-Type", "application/json")
 	if rep.Status == 0 {
 		rep.Status = 200
 	}
-	if rep.Body == "" {
+	if rep.Body == "" && !rep.NoBody {
 		rep.Body = defaultBody(rep.Status, texts, f.Flat)
 	}
 	w.WriteHeader(rep.Status)

@@ -7,22 +7,31 @@
 // bytes that are not valid in the encoding refuse the file, a CRLF inside a
 // quoted field stays CRLF, and ids keep their spaces.
 //
-// It uses encoding/csv rather than gocsv because the columns are chosen at
-// run time by flag, each record's line number is needed, and a record with
-// too many fields must become one invalid row rather than end the file; gocsv
-// offers none of the three.
+// Memory stays flat whatever the file holds: records are parsed as they
+// stream (parser, which reads exactly what encoding/csv reads), only the
+// id, text and client columns are kept, and a field longer than
+// Options.MaxChars is kept cut to its first MaxChars characters and skipped
+// while it is read. It does not use gocsv, nor encoding/csv, which hold
+// whole lines and records and cannot bound a field; the columns are chosen
+// at run time by flag, each record's line number is needed, and a record
+// with too many fields must become one invalid row rather than end the file.
 package input
 
 import (
 	"bufio"
-	"encoding/csv"
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
+	"unicode/utf8"
 
 	"golang.org/x/text/transform"
 )
+
+// DefaultMaxChars is Options.MaxChars when it is 0, and --max-chars's
+// default.
+const DefaultMaxChars = 5000
 
 // Row is one data record. ID and Text are exactly as read (spaces kept).
 type Row struct {
@@ -33,8 +42,13 @@ type Row struct {
 	// Client is the value of Options.ClientColumn (queue push), "" without one.
 	Client string
 	// Problem is set when the record's shape makes it invalid (more fields
-	// than the header); such a row is recorded invalid_input, never sent.
+	// than the header, an id or a client longer than Options.MaxChars);
+	// such a row is recorded invalid_input, never sent.
 	Problem string
+	// TextChars is set when the text was longer than Options.MaxChars: it
+	// was not kept whole (Text is its first MaxChars characters), and this
+	// counts its characters. 0 when Text is the whole text.
+	TextChars int64
 }
 
 // Options say how to read the input. Every command that reads an input CSV
@@ -52,6 +66,9 @@ type Options struct {
 	// Encoding names the character encoding (see LookupEncoding); "" is
 	// UTF-8. A byte-order mark (UTF-8, UTF-16 LE or BE) wins over it.
 	Encoding string
+	// MaxChars is --max-chars: a longer field is kept cut to this many
+	// characters (Row.TextChars, Row.Problem); 0 is DefaultMaxChars.
+	MaxChars int
 }
 
 // Check reports a delimiter or an encoding that cannot be used, naming the
@@ -82,10 +99,10 @@ func (e *Error) Error() string {
 	return fmt.Sprintf("%s: %s", e.Name, e.Msg)
 }
 
-// Reader yields rows one at a time; it holds one record in memory.
+// Reader yields rows one at a time; it holds the kept fields of one record.
 type Reader struct {
 	opts      Options
-	cr        *csv.Reader
+	p         *parser
 	delim     rune
 	sniffed   bool
 	encoding  string
@@ -97,6 +114,25 @@ type Reader struct {
 	seq       int64
 	peeked    *Row
 	err       error
+	slots     [3]int // where the parser keeps the id, the text and the client
+	scratch   []byte
+}
+
+// keep has the parser keep the id, text and client columns (one of them
+// may name the same column as another).
+func (r *Reader) keep() {
+	var idx []int
+	for i, c := range []int{r.idIdx, r.textIdx, r.clientIdx} {
+		if c < 0 {
+			break
+		}
+		k := slices.Index(idx, c)
+		if k < 0 {
+			k, idx = len(idx), append(idx, c)
+		}
+		r.slots[i] = k
+	}
+	r.p.keep(idx...)
 }
 
 // NewReader reads the header and the first record, so that an empty file, a
@@ -125,22 +161,34 @@ func NewReader(r io.Reader, opts Options) (*Reader, error) {
 	if rd.delim == 0 {
 		rd.delim, rd.sniffed = sniffDelimiter(peekHeader(br), opts.IDColumn, opts.TextColumn), true
 	}
-	cr := csv.NewReader(br)
-	cr.Comma = rd.delim
-	cr.FieldsPerRecord = -1 // a short or long record is one bad row, not the end
-	cr.ReuseRecord = true
-	rd.cr = cr
-	header, err := cr.Read()
+	if rd.opts.MaxChars <= 0 {
+		rd.opts.MaxChars = DefaultMaxChars
+	}
+	// A column's name is kept to headerChars characters, beyond the
+	// longest name looked for (spaces around a name are ignored).
+	longest := 0
+	for _, c := range []string{opts.IDColumn, opts.TextColumn, opts.ClientColumn} {
+		longest = max(longest, utf8.RuneCountInString(c))
+	}
+	rd.p = newParser(br, rd.delim, headerChars+longest)
+	rd.p.keepAll = true
+	err = rd.p.record()
 	if errors.Is(err, io.EOF) {
 		return nil, &Error{Name: opts.Name, Msg: "is empty (expected a header line with columns " + quote(opts.IDColumn) + " and " + quote(opts.TextColumn) + ")"}
 	}
 	if err != nil {
-		return nil, parseError(opts.Name, err)
+		return nil, rd.fail(err)
 	}
-	rd.nfields = len(header)
+	header := make([]string, len(rd.p.fields))
+	for i, f := range rd.p.fields {
+		header[i] = string(f.buf)
+	}
+	rd.nfields = rd.p.nfields
 	if err := rd.columns(header); err != nil {
 		return nil, err
 	}
+	rd.p.limit = rd.opts.MaxChars
+	rd.keep()
 	first, err := rd.read()
 	if errors.Is(err, io.EOF) {
 		return nil, &Error{Name: opts.Name, Msg: "has a header but no rows"}
@@ -187,60 +235,63 @@ func (r *Reader) Next() (Row, error) {
 }
 
 func (r *Reader) read() (Row, error) {
-	rec, err := r.cr.Read()
-	if err != nil {
-		if errors.Is(err, io.EOF) {
-			return Row{}, io.EOF
-		}
-		return Row{}, parseError(r.opts.Name, err)
+	if err := r.p.record(); err != nil {
+		return Row{}, r.fail(err)
 	}
-	line, _ := r.cr.FieldPos(0)
-	row := Row{Seq: r.seq, Line: line}
+	p := r.p
+	row := Row{Seq: r.seq, Line: p.start}
 	r.seq++
-	var id, text string
-	if r.idIdx < len(rec) {
-		id = rec[r.idIdx]
+	id, text := &p.fields[r.slots[0]], &p.fields[r.slots[1]]
+	// One string for both, sliced: one allocation a row.
+	r.scratch = append(append(r.scratch[:0], id.buf...), text.buf...)
+	both := string(r.scratch)
+	row.ID, row.Text = both[:len(id.buf)], both[len(id.buf):]
+	if text.cut {
+		row.TextChars = text.chars
 	}
-	if r.textIdx < len(rec) {
-		text = rec[r.textIdx]
+	if id.cut {
+		row.Problem = fmt.Sprintf("request id has %d characters, over --max-chars %d", id.chars, r.opts.MaxChars)
 	}
-	row.ID, row.Text = detach(rec, id, text)
-	if r.clientIdx >= 0 && r.clientIdx < len(rec) {
-		row.Client = strings.Clone(rec[r.clientIdx])
+	if r.clientIdx >= 0 {
+		client := &p.fields[r.slots[2]]
+		row.Client = string(client.buf)
+		if client.cut && row.Problem == "" {
+			row.Problem = fmt.Sprintf("client column %q has %d characters, over --max-chars %d", r.opts.ClientColumn, client.chars, r.opts.MaxChars)
+		}
 	}
-	if len(rec) > r.nfields {
-		row.Problem = fmt.Sprintf("line %d has %d fields, the header has %d", line, len(rec), r.nfields)
+	if p.nfields > r.nfields {
+		row.Problem = fmt.Sprintf("line %d has %d fields, the header has %d", p.start, p.nfields, r.nfields)
 	}
 	return row, nil
 }
 
-// detach returns id and text so that they do not keep the rest of the record
-// alive. encoding/csv makes one string per record and slices the fields out
-// of it; when the id and text are most of it (the usual two-column file)
-// they keep pointing into it, which costs nothing; otherwise they are copied
-// out together, in one allocation.
-func detach(rec []string, id, text string) (string, string) {
-	total := 0
-	for _, f := range rec {
-		total += len(f)
-	}
-	if 2*(len(id)+len(text)) >= total {
-		return id, text
-	}
-	both := strings.Clone(id + text)
-	return both[:len(id)], both[len(id):]
-}
-
-func parseError(name string, err error) error {
+// fail turns what stopped the parser into the error Next returns: io.EOF,
+// or an *Error naming the file and line.
+func (r *Reader) fail(err error) error {
+	name := r.opts.Name
 	var ie *Error
-	if errors.As(err, &ie) {
-		return ie // from prep: it names the file and line already
-	}
-	var pe *csv.ParseError
-	if errors.As(err, &pe) {
-		// StartLine is where the bad record begins: an unclosed quote is
-		// only noticed lines later, at the end of the file.
-		msg := "cannot parse CSV: " + pe.Err.Error()
+	var pe *parseError
+	switch {
+	case errors.Is(err, io.EOF):
+		return io.EOF
+	case errors.As(err, &ie):
+		// From prep, which names the line, or from a file that changed
+		// while it was read, which names no line: the record being read.
+		if ie.Line == 0 {
+			e := *ie
+			e.Line = r.p.line
+			return &e
+		}
+		return ie
+	case err == errTooWide:
+		return &Error{Name: name, Line: r.p.start, Msg: fmt.Sprintf("the header has more than %d columns; is the --delimiter right?", maxHeaderFields)}
+	case errors.As(err, &pe) && pe.Unclosed:
+		// The quote is noticed only at the end of the file; the rows
+		// before its record were read.
+		return &Error{Name: name, Line: pe.StartLine, Msg: fmt.Sprintf("cannot parse CSV: a quote opened at line %d is never closed: the field runs to the end of the file (line %d)", pe.QuoteLine, pe.Line)}
+	case errors.As(err, &pe):
+		// StartLine is where the bad record begins.
+		msg := "cannot parse CSV: " + pe.Kind.Error()
 		if pe.Line != pe.StartLine {
 			msg += fmt.Sprintf(" (noticed at line %d)", pe.Line)
 		}
@@ -272,14 +323,19 @@ func Count(r io.Reader, opts Options) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	var n int64
+	if _, err := rd.Next(); err != nil {
+		return 0, err
+	}
+	// Only counted: no field is kept.
+	rd.p.keep()
+	n := int64(1)
 	for {
-		_, err := rd.Next()
+		err := rd.p.record()
 		if errors.Is(err, io.EOF) {
 			return n, nil
 		}
 		if err != nil {
-			return n, err
+			return n, rd.fail(err)
 		}
 		n++
 	}

@@ -219,3 +219,15 @@ func BenchmarkReaderDecoded(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkReaderRows reads every row (Count only parses).
+func BenchmarkReaderRows(b *testing.B) {
+	data := benchData(",")
+	b.SetBytes(int64(len(data)))
+	b.ResetTimer()
+	for range b.N {
+		if _, _, err := readWith(data, std, whole); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

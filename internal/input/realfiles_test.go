@@ -6,7 +6,6 @@ import (
 	"strings"
 	"testing"
 	"testing/iotest"
-	"unsafe"
 
 	"golang.org/x/text/encoding/charmap"
 	"golang.org/x/text/encoding/unicode"
@@ -303,22 +302,4 @@ func TestHeaderChecks(t *testing.T) {
 
 func TestIDsKeepTheirSpaces(t *testing.T) {
 	checkRows(t, "request_id,text\n  A7 ,a\n\" B8\t\",b\n", std, []rowWant{{"  A7 ", "a"}, {" B8\t", "b"}})
-}
-
-func TestDetach(t *testing.T) {
-	inside := func(sub, of string) bool {
-		p, b := uintptr(unsafe.Pointer(unsafe.StringData(sub))), uintptr(unsafe.Pointer(unsafe.StringData(of)))
-		return p >= b && p < b+uintptr(len(of))
-	}
-	// As encoding/csv makes them: fields sliced out of one string.
-	narrow := "1" + "nice text"
-	id, text := detach([]string{narrow[:1], narrow[1:]}, narrow[:1], narrow[1:])
-	if id != "1" || text != "nice text" || !inside(text, narrow) {
-		t.Errorf("a two-column record was copied: %q %q", id, text)
-	}
-	wide := "1" + "a" + strings.Repeat("z", 10000)
-	id, text = detach([]string{wide[:1], wide[1:2], wide[2:]}, wide[:1], wide[1:2])
-	if id != "1" || text != "a" || inside(id, wide) || inside(text, wide) {
-		t.Errorf("a wide record's id and text still point into it: %q %q", id, text)
-	}
 }

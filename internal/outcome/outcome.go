@@ -17,6 +17,7 @@ const (
 	UpstreamAuth            Code = "upstream_auth"
 	UpstreamQuota           Code = "upstream_quota"
 	UpstreamNotFound        Code = "upstream_not_found"
+	UpstreamEndpoint        Code = "upstream_endpoint"
 	UpstreamPayload         Code = "upstream_payload"
 	CircuitOpen             Code = "circuit_open"
 	NotAttempted            Code = "not_attempted"
@@ -26,7 +27,7 @@ const (
 func All() []Code {
 	return []Code{Success, Fallback, InvalidInput, LocalCapacity, UpstreamTimeout,
 		UpstreamRateLimited, UpstreamFailed, UpstreamRequestRejected, UpstreamAuth,
-		UpstreamQuota, UpstreamNotFound, UpstreamPayload, CircuitOpen, NotAttempted}
+		UpstreamQuota, UpstreamNotFound, UpstreamEndpoint, UpstreamPayload, CircuitOpen, NotAttempted}
 }
 
 // Status is the HTTP status the row would get from `hfsent serve`.
@@ -40,7 +41,7 @@ func (c Code) Status() int {
 		return 503
 	case UpstreamTimeout:
 		return 504
-	case UpstreamFailed, UpstreamRequestRejected, UpstreamAuth, UpstreamQuota, UpstreamNotFound, UpstreamPayload:
+	case UpstreamFailed, UpstreamRequestRejected, UpstreamAuth, UpstreamQuota, UpstreamNotFound, UpstreamEndpoint, UpstreamPayload:
 		return 502
 	}
 	return 500
@@ -51,17 +52,18 @@ func (c Code) OK() bool { return c == Success || c == Fallback }
 
 // Final reports whether a row with this outcome needs no redo on --resume:
 // running it again would give the same answer or cost quota for nothing.
-// upstream_quota and upstream_not_found are not: they say the account or the
-// model could not serve, which topping up credits or fixing --model mends.
+// upstream_quota, upstream_not_found and upstream_endpoint are not: they say
+// the account, the model or the endpoint could not serve, which topping up
+// credits or fixing --model or --endpoint mends.
 func (c Code) Final() bool {
 	return c == Success || c == Fallback || c == InvalidInput || c == UpstreamRequestRejected
 }
 
 // StopsRun reports whether a row with this outcome means no other row can
-// succeed either (the token, the account or the model), so a batch stops
-// sending.
+// succeed either (the token, the account, the model or the endpoint), so a
+// batch stops sending.
 func (c Code) StopsRun() bool {
-	return c == UpstreamAuth || c == UpstreamQuota || c == UpstreamNotFound
+	return c == UpstreamAuth || c == UpstreamQuota || c == UpstreamNotFound || c == UpstreamEndpoint
 }
 
 // Valid reports whether c is one of the known codes.

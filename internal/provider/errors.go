@@ -3,6 +3,7 @@ package provider
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/hfsent/hfsent/internal/outcome"
@@ -27,17 +28,51 @@ type Error struct {
 	// Unreachable is set when no call has ever been answered and every one
 	// so far failed to connect: the run cannot succeed.
 	Unreachable bool
+	// Cold is set for a 503 from an endpoint that may be scaled to zero
+	// (any but the router) and has not answered yet: its replica may be
+	// starting. Ask again WithScaleUp.
+	Cold bool
+	// Down is set on the error that stops a batch when nothing has
+	// succeeded since the start and the breaker's probes failed too: the
+	// provider is down, not having a bad day. Msg names the commonest cause.
+	Down bool
 	// Msg is a short, safe summary.
 	Msg string
+	// Reason is the server's own reason (the body's "error", "message", ...),
+	// summarised: one line, at most MaxReason characters, no token; "" if
+	// none. RequestID is the id the server gave the call (x-request-id or
+	// x-inference-id), "" if none.
+	Reason, RequestID string
 	// Err is the underlying cause, kept for errors.Is/As; never printed raw.
 	Err error
 }
 
-func (e *Error) Error() string {
+func (e *Error) Error() string { return string(e.Outcome) + ": " + e.Summary() }
+
+// Short is the status and what it means, without anything the server
+// said: "HTTP 402: payment required".
+func (e *Error) Short() string {
 	if e.Status != 0 {
-		return fmt.Sprintf("%s: HTTP %d: %s", e.Outcome, e.Status, e.Msg)
+		return fmt.Sprintf("HTTP %d: %s", e.Status, e.Msg)
 	}
-	return fmt.Sprintf("%s: %s", e.Outcome, e.Msg)
+	return e.Msg
+}
+
+// Summary is the one-line message written to the results' error column and
+// the logs: the status, what it means, the server's own reason (quoted,
+// summarised) and its request id, e.g.
+// `HTTP 402: payment required: "You have depleted your monthly included
+// credits." (request id Root=1-67dd...)`. It never holds a body or a token.
+func (e *Error) Summary() string {
+	var b strings.Builder
+	b.WriteString(e.Short())
+	if e.Reason != "" {
+		fmt.Fprintf(&b, ": %q", e.Reason)
+	}
+	if e.RequestID != "" {
+		fmt.Fprintf(&b, " (request id %s)", e.RequestID)
+	}
+	return b.String()
 }
 
 func (e *Error) Unwrap() error { return e.Err }
@@ -59,11 +94,15 @@ func (e *Error) Cause() string {
 
 // StopsRun reports whether the error means no other row can succeed
 // either: the token was rejected, the account cannot pay, the model does
-// not exist there, or the provider cannot be reached at all.
-func (e *Error) StopsRun() bool { return e.Unreachable || e.Outcome.StopsRun() }
+// not exist there, the endpoint refuses every call, the provider cannot be
+// reached at all, or it has been down since the start.
+func (e *Error) StopsRun() bool {
+	return e.Unreachable || e.Down || e.Outcome.StopsRun()
+}
 
 // Retryable reports whether another attempt may succeed: connection errors,
-// timeouts, 429 and 500/502/503/504. Other 4xx, auth and payload errors are
+// timeouts (408 included), 429, 500/502/503/504, the CDN's 520-524 and
+// TEI's 424 (its backend failed). Other 4xx, auth and payload errors are
 // permanent.
 func (e *Error) Retryable() bool {
 	switch e.Outcome {
@@ -71,7 +110,7 @@ func (e *Error) Retryable() bool {
 		return true
 	case outcome.UpstreamFailed:
 		switch e.Status {
-		case 0, 500, 502, 503, 504:
+		case 0, 424, 500, 502, 503, 504, 520, 521, 522, 523, 524:
 			return true
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
@@ -48,6 +49,36 @@ type HFConfig struct {
 	// OnCall, if set, is called once per HTTP request sent and again with its
 	// result; it feeds counters without the client knowing about them.
 	OnCall func(err error, d time.Duration)
+	// API is the request format the endpoint reads: APIHF or APITEI; ""
+	// chooses by the URL (DetectAPI).
+	API string
+	// BillTo, when set, is sent as X-HF-Bill-To: the organisation that pays
+	// for the calls instead of the token's owner.
+	BillTo string
+	// Logger is told once when an endpoint answers a batch with a flat list
+	// (nil: not told).
+	Logger *slog.Logger
+}
+
+// Request formats, as HFConfig.API names them.
+const (
+	// APIHF is the Hugging Face inference API's, which the router, the
+	// Inference Endpoints' default container and a plain transformers
+	// server read: {"inputs": TEXT or [TEXT, ...], "parameters": {...}}.
+	APIHF = "hf"
+	// APITEI is text-embeddings-inference's /predict: {"inputs": TEXT or
+	// [[TEXT], ...], "truncate": true}. TEI reads a flat list of two
+	// strings as ONE text pair, so a batch must be a list of lists.
+	APITEI = "tei"
+)
+
+// DetectAPI is the request format for an endpoint URL: APITEI when its path
+// ends in /predict (text-embeddings-inference's route), else APIHF.
+func DetectAPI(endpoint string) string {
+	if u, err := url.Parse(endpoint); err == nil && strings.HasSuffix(strings.TrimRight(u.Path, "/"), "/predict") {
+		return APITEI
+	}
+	return APIHF
 }
 
 // HF is the Hugging Face text-classification HTTP client.
@@ -55,10 +86,18 @@ type HF struct {
 	cfg    HFConfig
 	url    string
 	host   string // for messages: never the whole URL
+	api    string
 	client *http.Client
 	labels labelSet
 	// headers every call sends, and with X-Wait-For-Model: 1.
 	headers, waitHeaders http.Header
+	// holds: the endpoint is not the router, so it may be scaled to zero,
+	// and its proxy then holds a call that carries X-Scale-Up-Timeout until
+	// a replica is up (WithScaleUp). served is set by its first 200: a 503
+	// before it may be a replica starting (Error.Cold), one after it is not.
+	holds  bool
+	served atomic.Bool
+	flat   sync.Once // the flat-list batch warning
 }
 
 // labelSet interns labels: a model has a handful, and a million answers
@@ -133,7 +172,20 @@ func NewHF(cfg HFConfig) (*HF, error) {
 	if u, err := url.Parse(target); err == nil && u.Host != "" {
 		host = u.Host
 	}
-	h := &HF{cfg: cfg, url: target, host: host, client: c}
+	api := cfg.API
+	switch api {
+	case "":
+		api = DetectAPI(target)
+	case APIHF, APITEI:
+	default:
+		return nil, fmt.Errorf("unknown API %q: want %s or %s", api, APIHF, APITEI)
+	}
+	// A 301, 302 or 303 would turn the POST into a GET (and drop its
+	// body): it is not followed but answered, naming where it points. A
+	// 307 or 308 keeps the method and the body, and is followed.
+	client := *c
+	client.CheckRedirect = checkRedirect
+	h := &HF{cfg: cfg, url: target, host: host, api: api, client: &client, holds: !isRouter(host)}
 	h.headers = http.Header{
 		"Content-Type": {"application/json"},
 		"Accept":       {"application/json"},
@@ -141,6 +193,9 @@ func NewHF(cfg HFConfig) (*HF, error) {
 	}
 	if cfg.Token != "" {
 		h.headers.Set("Authorization", "Bearer "+cfg.Token)
+	}
+	if cfg.BillTo != "" {
+		h.headers.Set("X-HF-Bill-To", cfg.BillTo)
 	}
 	h.waitHeaders = h.headers.Clone()
 	h.waitHeaders.Set("X-Wait-For-Model", "1")
@@ -208,16 +263,23 @@ func authority(s string) string {
 // Model implements Classifier.
 func (h *HF) Model() string { return h.cfg.Model }
 
+// API is the request format the client sends: APIHF or APITEI.
+func (h *HF) API() string { return h.api }
+
 // URL is the address the client posts to, with any credential in it
 // redacted: it is for showing.
 func (h *HF) URL() string { return redact.URL(h.url) }
 
-// payload is the request body: {"inputs": TEXT or [TEXTS], "parameters":
-// {"top_k": 1}}, built by hand: a million rows make a million bodies.
-func payload(texts []string) ([]byte, error) {
-	b := make([]byte, 0, 48+len(texts)*8+totalLen(texts))
+// payload is the request body, built by hand: a million rows make a million
+// bodies. APIHF: {"inputs": TEXT or [TEXTS], "parameters": {"top_k": 1,
+// "truncation": true}}: transformers' pipeline truncates a text longer than
+// the model takes instead of failing on it. APITEI: {"inputs": TEXT or
+// [[TEXT], ...], "truncate": true}.
+func payload(api string, texts []string) ([]byte, error) {
+	b := make([]byte, 0, 64+len(texts)*10+totalLen(texts))
 	b = append(b, `{"inputs":`...)
-	if len(texts) > 1 {
+	batch := len(texts) > 1
+	if batch {
 		b = append(b, '[')
 	}
 	for i, t := range texts {
@@ -228,12 +290,21 @@ func payload(texts []string) ([]byte, error) {
 		if err != nil {
 			return nil, err
 		}
-		b = append(b, q...)
+		if batch && api == APITEI {
+			b = append(b, '[')
+			b = append(b, q...)
+			b = append(b, ']')
+		} else {
+			b = append(b, q...)
+		}
 	}
-	if len(texts) > 1 {
+	if batch {
 		b = append(b, ']')
 	}
-	return append(b, `,"parameters":{"top_k":1}}`...), nil
+	if api == APITEI {
+		return append(b, `,"truncate":true}`...), nil
+	}
+	return append(b, `,"parameters":{"top_k":1,"truncation":true}}`...), nil
 }
 
 func totalLen(texts []string) int {
@@ -252,7 +323,7 @@ func (h *HF) Classify(ctx context.Context, texts []string) (Answer, error) {
 	if len(texts) == 0 {
 		return Answer{}, &Error{Outcome: outcome.InvalidInput, Msg: "no text"}
 	}
-	body, err := payload(texts)
+	body, err := payload(h.api, texts)
 	if err != nil {
 		return Answer{}, &Error{Outcome: outcome.InvalidInput, Msg: "text cannot be encoded", Err: err}
 	}
@@ -260,18 +331,31 @@ func (h *HF) Classify(ctx context.Context, texts []string) (Answer, error) {
 		return Answer{}, err
 	}
 	timeout := attemptTimeout(ctx, h.cfg.Timeout)
+	// The headers are the same for every call: built once, shared, never
+	// changed (net/http only reads them).
+	header := h.headers
+	if waitForModel(ctx) {
+		header = h.waitHeaders
+	}
+	if h.holds && scaleUp(ctx) {
+		// The endpoint answered 503 and may be starting a replica: its
+		// proxy holds the call until one is up when asked to, and the
+		// call may take that long, within the row's deadline.
+		hold := maxScaleUpWait
+		if dl, ok := ctx.Deadline(); ok {
+			hold = time.Until(dl)
+		}
+		timeout = max(timeout, hold)
+		header = header.Clone()
+		header.Set("X-Scale-Up-Timeout", strconv.Itoa(max(1, int(hold/time.Second))))
+	}
 	actx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(actx, http.MethodPost, h.url, bytes.NewReader(body))
 	if err != nil {
 		return Answer{}, &Error{Outcome: outcome.UpstreamFailed, Msg: "bad request URL", Err: err}
 	}
-	// The headers are the same for every call: built once, shared, never
-	// changed (net/http only reads them).
-	req.Header = h.headers
-	if waitForModel(ctx) {
-		req.Header = h.waitHeaders
-	}
+	req.Header = header
 	if t := TraceFrom(ctx); t != nil {
 		t.AddAttempt()
 	}
@@ -292,6 +376,10 @@ func (h *HF) do(ctx, actx context.Context, req *http.Request, n int, timeout tim
 		if errors.As(err, &ue) {
 			ue.URL = redact.URL(ue.URL)
 		}
+		if errors.Is(err, errRedirects) {
+			return Answer{}, &Error{Outcome: outcome.UpstreamEndpoint,
+				Msg: fmt.Sprintf("%s redirects more than %d times; set --endpoint to where it ends", h.host, maxRedirects), Err: err}
+		}
 		return Answer{}, h.transportError(ctx, actx, err, timeout)
 	}
 	defer resp.Body.Close()
@@ -311,8 +399,16 @@ func (h *HF) do(ctx, actx context.Context, req *http.Request, n int, timeout tim
 		if len(body) > maxBody {
 			return Answer{}, &Error{Outcome: outcome.UpstreamPayload, Status: 200, Msg: "answer larger than 4 MiB"}
 		}
+		h.served.Store(true)
 		preds, err := ParseAnswer(body, n)
 		if err != nil {
+			if errors.Is(err, ErrFlatBatch) && h.cfg.Logger != nil {
+				h.flat.Do(func() {
+					h.cfg.Logger.Warn(fmt.Sprintf("%s answered a batch of %d texts with one flat list of labels, which answers one text, not %d "+
+						"(a text-embeddings-inference server reads [\"a\", \"b\"] as one pair of texts); such batches are split and each text sent alone. "+
+						"For a TEI server use --provider tei, which sends its batch form", h.host, n, n))
+				})
+			}
 			return Answer{}, &Error{Outcome: outcome.UpstreamPayload, Status: 200, Msg: "not a classification: " + err.Error()}
 		}
 		for i := range preds {
@@ -320,7 +416,7 @@ func (h *HF) do(ctx, actx context.Context, req *http.Request, n int, timeout tim
 		}
 		return Answer{Predictions: preds, Model: h.cfg.Model}, nil
 	}
-	return Answer{}, statusError(resp, body, time.Now())
+	return Answer{}, h.statusError(resp, body, time.Now())
 }
 
 // transportError classifies a failure with no HTTP answer. Its message
@@ -383,25 +479,42 @@ func connectCause(err error) (string, bool) {
 }
 
 // statusError maps a non-200 answer to the outcome table. The body is read
-// only for the loading signal; it is never echoed.
-func statusError(resp *http.Response, body []byte, now time.Time) *Error {
+// for the loading signal and the server's reason, which is kept summarised
+// (never the body itself).
+func (h *HF) statusError(resp *http.Response, body []byte, now time.Time) *Error {
 	code := resp.StatusCode
-	e := &Error{Status: code}
+	e := &Error{Status: code, RequestID: requestID(resp.Header)}
 	e.RetryAfter = ParseRetryAfter(resp.Header.Get("Retry-After"), now)
 	if e.RetryAfter == 0 {
 		e.RetryAfter = ParseRateLimit(resp.Header.Get("RateLimit"))
 	}
+	if code < 300 || code >= 400 {
+		e.Reason = summarise(serverReason(resp.Header, body), h.cfg.Token)
+	}
 	switch {
+	case code >= 300 && code < 400:
+		e.Outcome, e.Msg = outcome.UpstreamEndpoint, redirectMsg(resp)
 	case code == 401 || code == 403:
 		e.Outcome, e.Msg = outcome.UpstreamAuth, "token rejected"
 	case code == 429:
 		e.Outcome, e.Msg = outcome.UpstreamRateLimited, "rate limited"
 	case code == 402:
-		e.Outcome, e.Msg = outcome.UpstreamQuota, "payment required: the account has no credits left"
+		e.Outcome, e.Msg = outcome.UpstreamQuota, "payment required"
+		if e.Reason == "" {
+			e.Msg += ": the account cannot pay for this call (no credits left, or pay-as-you-go is off)"
+		}
 	case code == 404:
 		e.Outcome, e.Msg = outcome.UpstreamNotFound, "not found: no such model at this endpoint"
+	case code == 405:
+		e.Outcome, e.Msg = outcome.UpstreamEndpoint, "method not allowed: the endpoint takes no POST there"
+	case code == 410:
+		e.Outcome, e.Msg = outcome.UpstreamEndpoint, "gone: the endpoint no longer exists"
+	case code == 408:
+		e.Outcome, e.Msg = outcome.UpstreamTimeout, "request timeout"
 	case code == 413:
 		e.Outcome, e.Msg = outcome.UpstreamRequestRejected, "request too large"
+	case code == 424:
+		e.Outcome, e.Msg = outcome.UpstreamFailed, "failed dependency: the server's backend failed"
 	case code >= 400 && code < 500:
 		e.Outcome, e.Msg = outcome.UpstreamRequestRejected, "request rejected"
 	case code == 503:
@@ -413,10 +526,61 @@ func statusError(resp *http.Response, body []byte, now time.Time) *Error {
 				e.RetryAfter = est
 			}
 		}
+		// A scaled-to-zero Inference Endpoint answers 503 while a replica
+		// starts: ask again, asking its proxy to hold the call. Once it
+		// has answered, a 503 is an ordinary failure.
+		e.Cold = h.holds && !h.served.Load()
 	case code >= 500:
 		e.Outcome, e.Msg = outcome.UpstreamFailed, "server error"
 	default:
 		e.Outcome, e.Msg = outcome.UpstreamFailed, "unexpected status"
 	}
 	return e
+}
+
+// maxScaleUpWait bounds how long a call to a cold endpoint may be held when
+// the row has no deadline.
+const maxScaleUpWait = 10 * time.Minute
+
+// maxRedirects is how many 307/308 redirects a call follows.
+const maxRedirects = 10
+
+var errRedirects = errors.New("too many redirects")
+
+// checkRedirect follows a 307 or 308, which keep the method and the body,
+// and answers any other redirect as it is (a 301, 302 or 303 would make the
+// POST a GET): statusError names where it points.
+func checkRedirect(req *http.Request, via []*http.Request) error {
+	if req.Response == nil {
+		return http.ErrUseLastResponse
+	}
+	switch req.Response.StatusCode {
+	case http.StatusTemporaryRedirect, http.StatusPermanentRedirect:
+		if len(via) >= maxRedirects {
+			return errRedirects
+		}
+		return nil
+	}
+	return http.ErrUseLastResponse
+}
+
+// redirectMsg says where a redirect that is not followed points, with any
+// credential in that URL redacted.
+func redirectMsg(resp *http.Response) string {
+	where := "another URL"
+	if loc, err := resp.Location(); err == nil {
+		where = redact.URL(loc.String())
+	}
+	return fmt.Sprintf("redirected to %s; not followed, as the POST would become a GET there: set --endpoint to that URL", where)
+}
+
+// isRouter reports whether host is Hugging Face's serverless router (or its
+// older names), which never scales a model to zero behind a proxy that
+// holds calls.
+func isRouter(host string) bool {
+	h := strings.ToLower(host)
+	if i := strings.LastIndexByte(h, ':'); i >= 0 && !strings.Contains(h[i:], "]") {
+		h = h[:i]
+	}
+	return h == "router.huggingface.co" || h == "api-inference.huggingface.co" || h == "huggingface.co"
 }

@@ -17,11 +17,23 @@ type labelScore struct {
 	Score *float64 `json:"score"`
 }
 
+// ErrFlatBatch is ParseAnswer's error for a flat list answering more than
+// one input.
+var ErrFlatBatch = errors.New("a flat list of labels answers one text, not a batch")
+
 // ParseAnswer reads a text-classification answer for n inputs. It accepts the
 // nested form the HF API sends ([[{label,score},...], ...], one inner list per
-// input) and the flat form other servers send ([{label,score},...]: the
-// candidate labels of a single input, or one top label per input when n > 1).
-// For each input the highest-scoring label wins.
+// input) and the flat form other servers send for a single input
+// ([{label,score},...]: its candidate labels). For each input the
+// highest-scoring label wins.
+//
+// A flat list is never mapped onto more than one input: it cannot be told
+// apart from the candidate labels of one input. text-embeddings-inference
+// reads {"inputs": ["a", "b"]} as ONE pair of texts and answers the pair's
+// labels, sorted by score, flat; for a two-label model that list has as
+// many entries as inputs, and reading it as one label per input would give
+// the second text the least likely label. Such an answer is ErrFlatBatch
+// (the batch is split and each text asked alone).
 func ParseAnswer(body []byte, n int) ([]Prediction, error) {
 	if n < 1 {
 		return nil, errors.New("no inputs")
@@ -49,25 +61,14 @@ func ParseAnswer(body []byte, n int) ([]Prediction, error) {
 	if err := json.Unmarshal(body, &flat); err != nil {
 		return nil, errors.New("answer is neither [[{label,score}]] nor [{label,score}]")
 	}
-	if n == 1 {
-		p, err := best(flat)
-		if err != nil {
-			return nil, err
-		}
-		return []Prediction{p}, nil
+	if n > 1 {
+		return nil, fmt.Errorf("%w (%d inputs)", ErrFlatBatch, n)
 	}
-	if len(flat) != n {
-		return nil, fmt.Errorf("answer has %d results for %d inputs", len(flat), n)
+	p, err := best(flat)
+	if err != nil {
+		return nil, err
 	}
-	out := make([]Prediction, n)
-	for i, c := range flat {
-		p, err := best([]labelScore{c})
-		if err != nil {
-			return nil, fmt.Errorf("result %d: %w", i+1, err)
-		}
-		out[i] = p
-	}
-	return out, nil
+	return []Prediction{p}, nil
 }
 
 func best(cands []labelScore) (Prediction, error) {

@@ -12,6 +12,11 @@ import (
 	"time"
 )
 
+// SampleText is the short, harmless text sent when hfsent itself must ask
+// the endpoint something (check, and the test of an endpoint that refused
+// the first texts of a run).
+const SampleText = "The repair was quick and the staff were friendly."
+
 // Prediction is the top label for one text.
 type Prediction struct {
 	Label string
@@ -101,6 +106,21 @@ func WithWaitForModel(ctx context.Context) context.Context {
 
 func waitForModel(ctx context.Context) bool {
 	v, _ := ctx.Value(waitForModelKey{}).(bool)
+	return v
+}
+
+type scaleUpKey struct{}
+
+// WithScaleUp asks the HF client to send X-Scale-Up-Timeout (the seconds
+// left before ctx's deadline) to an endpoint other than the router, and to
+// give the attempt that long: the proxy of an Inference Endpoint scaled to
+// zero then holds the call until a replica is up, instead of answering 503.
+func WithScaleUp(ctx context.Context) context.Context {
+	return context.WithValue(ctx, scaleUpKey{}, true)
+}
+
+func scaleUp(ctx context.Context) bool {
+	v, _ := ctx.Value(scaleUpKey{}).(bool)
 	return v
 }
 

@@ -135,7 +135,7 @@ func (db *DB) Batches(ctx context.Context) ([]*Batch, error) {
 // other writer does. First the push lock (a push holds it for its whole
 // transaction, then locks the batch row), then the batch's gate, exclusive
 // (every worker transaction takes it shared before any row: see
-// enterBatch), then the batch row. So it waits for a push and for the
+// enter_batch.sql), then the batch row. So it waits for a push and for the
 // workers' transactions under way, never while holding anything one of
 // them waits for, and the workers that come after it find the batch gone.
 // The notification wakes the idle ones to find it.
@@ -144,31 +144,11 @@ func (db *DB) Drop(ctx context.Context, name string) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	gone, rows := false, int64(0)
+	var gone bool
+	var rows int64
 	err = pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
-		batch := pgx.StrictNamedArgs{"batch": b.ID}
-		tag, err := tx.Exec(ctx, sqlLockPush.sql, sqlLockPush.with(batch))
-		if err != nil {
-			return err
-		}
-		if tag.RowsAffected() == 0 {
-			gone = true // dropped meanwhile
-			return nil
-		}
-		if _, err := tx.Exec(ctx, sqlDropGate.sql, sqlDropGate.with(batch)); err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, sqlLockBatch.sql, sqlLockBatch.with(batch)); err != nil {
-			return err
-		}
-		// The rows as of now, pushes since db.Batch read them included.
-		if err := tx.QueryRow(ctx, sqlBatchRows.sql, sqlBatchRows.with(batch)).Scan(&rows); err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, sqlDrop.sql, sqlDrop.with(batch)); err != nil {
-			return err
-		}
-		_, err = tx.Exec(ctx, sqlNotify.sql, sqlNotify.with(pgx.StrictNamedArgs{"channel": channel(b.ID), "what": "dropped"}))
+		var err error
+		gone, rows, err = dropTx(ctx, tx, b, false)
 		return err
 	})
 	if err != nil {
@@ -178,4 +158,39 @@ func (db *DB) Drop(ctx context.Context, name string) (int64, error) {
 		return 0, fmt.Errorf("%w %q at %s: it was dropped meanwhile", ErrNoBatch, name, db.url)
 	}
 	return rows, nil
+}
+
+// dropTx deletes batch b in tx, taking the locks in Drop's order, and
+// reports whether it was gone already, and the rows it had. With ifEmpty
+// it deletes b only when no push has filled it (rows is then 0).
+func dropTx(ctx context.Context, tx pgx.Tx, b *Batch, ifEmpty bool) (gone bool, rows int64, err error) {
+	batch := pgx.StrictNamedArgs{"batch": b.ID}
+	tag, err := tx.Exec(ctx, sqlLockPush.sql, sqlLockPush.with(batch))
+	if err != nil {
+		return false, 0, err
+	}
+	if tag.RowsAffected() == 0 {
+		return true, 0, nil // dropped meanwhile
+	}
+	if _, err := tx.Exec(ctx, sqlDropGate.sql, sqlDropGate.with(batch)); err != nil {
+		return false, 0, err
+	}
+	if _, err := tx.Exec(ctx, sqlLockBatch.sql, sqlLockBatch.with(batch)); err != nil {
+		return false, 0, err
+	}
+	// The rows as of now, pushes since b was read included.
+	if err := tx.QueryRow(ctx, sqlBatchRows.sql, sqlBatchRows.with(batch)).Scan(&rows); err != nil {
+		return false, 0, err
+	}
+	if ifEmpty {
+		var pushes bool
+		if err := tx.QueryRow(ctx, sqlHadRows.sql, sqlHadRows.with(batch)).Scan(&pushes); err != nil || pushes {
+			return false, rows, err
+		}
+	}
+	if _, err := tx.Exec(ctx, sqlDrop.sql, sqlDrop.with(batch)); err != nil {
+		return false, 0, err
+	}
+	_, err = tx.Exec(ctx, sqlNotify.sql, sqlNotify.with(pgx.StrictNamedArgs{"channel": channel(b.ID), "what": "dropped"}))
+	return false, rows, err
 }

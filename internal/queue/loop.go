@@ -34,6 +34,7 @@ type pipeline interface {
 	Abort(engine.StopReason)
 	StopReason() engine.StopReason
 	Stopped() <-chan struct{}
+	SourceIdle()
 }
 
 // guard is what the loop uses of resilience.Guard: whether it holds calls
@@ -451,8 +452,9 @@ func (l *loop) tripDone(c cycleDone, back []Claimed) []Claimed {
 }
 
 // claimed decides what follows a claim: one that asked for rows and got
-// none waits for the poll or a notification before the next; with
-// ExitWhenDone, one that found the batch done ends the run.
+// none waits for the poll or a notification before the next, and tells the
+// pipeline no row is coming for now; with ExitWhenDone, one that found the
+// batch done ends the run.
 func (l *loop) claimed(in CycleIn, out CycleOut, running int) {
 	switch {
 	case len(out.Claimed) > 0 && (in.Want == 0 || running > 0):
@@ -465,5 +467,8 @@ func (l *loop) claimed(in CycleIn, out CycleOut, running int) {
 			return
 		}
 		l.emptyWait = true
+		// No row for now: a row held for the endpoint's verdict waits for
+		// no other.
+		l.p.SourceIdle()
 	}
 }

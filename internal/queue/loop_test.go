@@ -82,6 +82,7 @@ type fakePipeline struct {
 	stops     int
 	reason    engine.StopReason
 	aborted   bool
+	idle      int // times told no row is coming for now
 }
 
 func newFakePipeline() *fakePipeline {
@@ -136,6 +137,19 @@ func (p *fakePipeline) StopReason() engine.StopReason {
 }
 
 func (p *fakePipeline) Stopped() <-chan struct{} { return p.stopped }
+
+func (p *fakePipeline) SourceIdle() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.idle++
+}
+
+// idled is how many times the pipeline was told no row is coming for now.
+func (p *fakePipeline) idled() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.idle
+}
 
 // state is whether the pipeline was stopped, and how.
 func (p *fakePipeline) state() (stopped bool, reason engine.StopReason, aborted bool) {
@@ -390,15 +404,24 @@ func TestLoopClaimsWithinItsCapacity(t *testing.T) {
 	}
 }
 
-// After a claim that found nothing the worker waits for the poll or a
-// notification before it claims again.
+// After a claim that found nothing the worker tells the pipeline no row is
+// coming for now (a row held for the endpoint's verdict waits no longer),
+// and waits for the poll or a notification before it claims again.
 func TestLoopWaitsAfterAnEmptyClaim(t *testing.T) {
 	r := startLoop(t, WorkerConfig{Capacity: 2}, &fakeStore{}, nil)
+	r.trip().answer(CycleOut{Claimed: claims([]int64{1})}, nil)
+	r.job()
+	if n := r.p.idled(); n != 0 {
+		t.Fatalf("a claim that brought a row told the pipeline %d times no row was coming", n)
+	}
 	r.trip().answer(CycleOut{}, nil)
 	r.noTrip("after an empty claim")
+	if n := r.p.idled(); n != 1 {
+		t.Fatalf("after an empty claim the pipeline was told %d times no row is coming; want once", n)
+	}
 	r.w.poke() // a notification: new rows
-	if tr := r.trip(); tr.in.Want != 2 {
-		t.Fatalf("after a notification the worker sent %+v; want a claim of 2", tr.in)
+	if tr := r.trip(); tr.in.Want != 1 {
+		t.Fatalf("after a notification the worker sent %+v; want a claim of the 1 row left", tr.in)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -55,13 +56,23 @@ const seqBlock = int64(1) << 32
 // is stored, a row that breaks the rules already finished as invalid_input.
 // Pushing the same file again adds nothing; a file with ids already in the
 // batch (from another file) is refused.
-func (db *DB) Push(ctx context.Context, req PushRequest, src Source) (PushResult, error) {
+//
+// A batch created by a push that then fails or is stopped is removed again
+// (unless another push filled it meanwhile): it leaves no empty batch.
+func (db *DB) Push(ctx context.Context, req PushRequest, src Source) (_ PushResult, err error) {
 	if _, _, err := db.Migrate(ctx); err != nil {
 		return PushResult{}, err
 	}
 	b, created, err := db.ensureBatch(ctx, req)
 	if err != nil {
 		return PushResult{}, err
+	}
+	if created {
+		defer func() {
+			if err != nil {
+				db.forget(b)
+			}
+		}()
 	}
 	res := PushResult{Batch: b, Created: created}
 
@@ -70,11 +81,12 @@ func (db *DB) Push(ctx context.Context, req PushRequest, src Source) (PushResult
 		return res, fmt.Errorf("%w at %s: %s", ErrConnect, db.url, summarise(err))
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx))
-	if tag, err := tx.Exec(ctx, "select 1 from hfsent.push_lock where batch_id = $1 for update", b.ID); err != nil {
+	if tag, err := tx.Exec(ctx, sqlLockPush.sql, sqlLockPush.with(pgx.StrictNamedArgs{"batch": b.ID})); err != nil {
 		return res, fmt.Errorf("locking batch %q for a push: %s", b.Name, summarise(err))
 	} else if tag.RowsAffected() == 0 {
-		// queue drop deleted it while this push waited for its turn.
-		return res, fmt.Errorf("%w: batch %q was dropped (queue drop) while this push waited for it; push again to create it anew", ErrRefused, b.Name)
+		// queue drop deleted it while this push waited for its turn, or
+		// the push that created it failed and removed it (forget).
+		return res, fmt.Errorf("%w: batch %q was dropped (queue drop, or the failed push that created it) while this push waited for it; push again to create it anew", ErrRefused, b.Name)
 	}
 	if req.Digest != "" {
 		if already, err := pushed(ctx, tx, b.ID, req.Digest); err != nil || already {
@@ -165,6 +177,21 @@ func (db *DB) Push(ctx context.Context, req PushRequest, src Source) (PushResult
 	}
 	res.Rows, res.Invalid = int64(len(cs.items)), int64(len(cs.invalid))
 	return res, nil
+}
+
+// forget removes batch b, which this push created and then could not fill,
+// unless another push into it has committed meanwhile, as queue drop does
+// (dropTx: its locks, in its order, so workers already on the batch see it
+// gone and a push waiting for it finds it dropped rather than writes into
+// it). It is best effort: the push has failed already, and its own error is
+// the one to report.
+func (db *DB) forget(b *Batch) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_ = pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
+		_, _, err := dropTx(ctx, tx, b, true)
+		return err
+	})
 }
 
 // batchRows sets b.Rows to the rows of the batch as tx sees them holding the
@@ -371,8 +398,15 @@ func (c *copySource) Next() bool {
 	return true
 }
 
+// Values is the input row as stored. An invalid_input row's text is not
+// stored: it is never sent, and it may be what made the row invalid (a
+// text of a gigabyte, cut as it was read).
 func (c *copySource) Values() ([]any, error) {
-	return []any{c.batch, c.base + int64(len(c.items)-1), c.row.ID, c.row.Text}, nil
+	text := c.row.Text
+	if c.items[len(c.items)-1].problem != "" {
+		text = ""
+	}
+	return []any{c.batch, c.base + int64(len(c.items)-1), c.row.ID, text}, nil
 }
 
 func (c *copySource) Err() error { return c.readErr }

@@ -33,6 +33,9 @@ type breaker struct {
 	counters *Counters
 	slots    *Slots
 	cfg      Config
+	// run is told when the probes fail while nothing has succeeded since
+	// the start (not with a fallback: rows are answered meanwhile).
+	run *runState
 
 	// fresh counts rows that have not failed and are waiting for the
 	// breaker, from the start of their wait until the breaker next decides
@@ -48,8 +51,8 @@ type breaker struct {
 	causes  map[string]int // of the failures recorded since the last change
 }
 
-func newBreaker(inner provider.Classifier, cfg Config, slots *Slots) *breaker {
-	b := &breaker{inner: inner, log: cfg.Logger, counters: cfg.Counters, slots: slots, cfg: cfg,
+func newBreaker(inner provider.Classifier, cfg Config, slots *Slots, run *runState) *breaker {
+	b := &breaker{inner: inner, log: cfg.Logger, counters: cfg.Counters, slots: slots, cfg: cfg, run: run,
 		changed: make(chan struct{}), causes: map[string]int{}}
 	probes := uint(cfg.BreakerProbes)
 	need := max(1, probes-1)
@@ -100,6 +103,11 @@ func (b *breaker) Classify(ctx context.Context, texts []string) (provider.Answer
 		return provider.Answer{}, errOpen()
 	}
 	probe := b.cb.IsHalfOpen()
+	if probe && !b.run.succeeded.Load() {
+		// Nothing has answered yet: the endpoint may be scaled to zero, so
+		// a probe asks its proxy to hold it until a replica is up.
+		ctx = provider.WithScaleUp(ctx)
+	}
 	ans, err := b.inner.Classify(ctx, texts)
 	switch {
 	case err == nil:
@@ -151,7 +159,7 @@ func isFailure(err error) bool {
 	case outcome.UpstreamTimeout:
 		return true
 	case outcome.UpstreamFailed:
-		return !pe.Loading && (pe.Status == 0 || pe.Status >= 500)
+		return !pe.Loading && (pe.Status == 0 || pe.Status >= 500 || pe.Status == 424)
 	}
 	return false
 }
@@ -223,6 +231,12 @@ func (b *breaker) stateChanged(ev circuitbreaker.StateChangedEvent) {
 		if ev.OldState == circuitbreaker.HalfOpenState {
 			b.log.Warn(fmt.Sprintf("breaker open again: %d of %d probe calls failed (%s); probing again in %s",
 				failures, calls, cause, b.cfg.BreakerCooldown))
+			if b.cfg.Fallback == nil {
+				// Nothing has succeeded for a whole window since the start,
+				// and the probes failed too: down, not having a bad day.
+				// (With a fallback the rows are answered meanwhile.)
+				b.run.markDown(cause, b.cfg.BreakerWindow)
+			}
 		} else {
 			b.log.Warn(fmt.Sprintf("breaker open: %.0f%% of %d calls failed in %s (%s; a row's repeated failures count once); probing again in %s",
 				100*m.FailureRate(), calls, b.cfg.BreakerWindow, cause, b.cfg.BreakerCooldown))

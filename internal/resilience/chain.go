@@ -43,8 +43,11 @@ type Config struct {
 	// waits a random time between half and all of min(max, base×2^(n-1)),
 	// counted from when the failed attempt was sent; defaults 250ms and 30s.
 	BackoffBase, BackoffMax time.Duration
-	// MaxRetryAfter caps how long a Retry-After (or estimated_time) is
-	// honoured; default 60s. The row deadline bounds everything anyway.
+	// MaxRetryAfter caps how long a Retry-After, the RateLimit header's
+	// reset or a loading model's estimated_time is honoured, by a row and by
+	// the pause every call shares after a 429; default 10m (the default row
+	// deadline). A row's deadline bounds its own waits anyway: a wait that
+	// would end past it is not waited.
 	MaxRetryAfter time.Duration
 	// Timeout is the per-attempt timeout the client applies (for the
 	// longer attempt that waits for a loading model); default 12s.
@@ -92,7 +95,7 @@ func (c *Config) defaults() {
 		c.BackoffMax = 30 * time.Second
 	}
 	if c.MaxRetryAfter <= 0 {
-		c.MaxRetryAfter = 60 * time.Second
+		c.MaxRetryAfter = 10 * time.Minute
 	}
 	if c.Timeout <= 0 {
 		c.Timeout = 12 * time.Second
@@ -134,22 +137,23 @@ type Guard struct {
 	slots    *Slots
 	br       *breaker
 	cool     *cooldown
+	run      *runState
 	cfg      Config
 }
 
 // Build wraps client in the policies of cfg.
 func Build(client provider.Classifier, cfg Config) *Guard {
 	cfg.defaults()
-	g := &Guard{cfg: cfg}
+	g := &Guard{cfg: cfg, run: &runState{verdict: newVerdict()}}
 	g.slots = NewSlots(cfg.Concurrency, cfg.Adaptive, cfg.Counters)
 	g.cool = &cooldown{slots: g.slots, max: cfg.MaxRetryAfter, log: cfg.Logger, c: cfg.Counters, onPause: cfg.OnPause}
-	var chain provider.Classifier = &meter{inner: client, c: cfg.Counters}
+	var chain provider.Classifier = &meter{inner: client, c: cfg.Counters, run: g.run}
 	var limiter *rateLayer
 	if cfg.RPS > 0 {
 		limiter = newRateLayer(cfg.RPS, cfg.Burst)
 		chain = limiter.wrap(chain)
 	}
-	g.br = newBreaker(chain, cfg, g.slots)
+	g.br = newBreaker(chain, cfg, g.slots, g.run)
 	g.inner = &gate{inner: g.br, slots: g.slots, cool: g.cool}
 	if cfg.Fallback != nil {
 		var fb provider.Classifier = &fallbackMeter{inner: cfg.Fallback, c: cfg.Counters}
@@ -185,6 +189,25 @@ func (g *Guard) BreakerOpen() (open bool, remaining time.Duration) {
 		return false, 0
 	}
 	return true, g.br.cb.RemainingDelay()
+}
+
+// Verdict is what the first answers of the run say of the endpoint: whether
+// it refuses every call.
+func (g *Guard) Verdict() *Verdict { return g.run.verdict }
+
+// DownCause names the most common failure when the provider has failed
+// every call since the start, the breaker's probes included; "" otherwise.
+func (g *Guard) DownCause() string { return g.run.DownCause() }
+
+// OnDown sets f to be called, once, when the provider is found down: it
+// has failed every call for a whole breaker window since the run's first
+// call, and the breaker's probes failed too (never with a fallback, whose
+// rows are answered meanwhile). A batch stops there; a server goes on, and
+// its breaker keeps probing. Set it before the first call.
+func (g *Guard) OnDown(f func(cause string)) {
+	g.run.mu.Lock()
+	g.run.onDown = f
+	g.run.mu.Unlock()
 }
 
 // Cooldown is how long new calls must still wait after a 429.
@@ -279,6 +302,9 @@ type rowState struct {
 	// is up, and may take that long.
 	waitForModel   bool
 	attemptTimeout time.Duration
+	// An endpoint that may be scaled to zero answered 503 before it ever
+	// answered: later attempts ask its proxy to hold them (WithScaleUp).
+	scaleUp bool
 }
 
 func (r *rowState) wait(k waitKind) {
@@ -354,6 +380,7 @@ func failFast(ctx context.Context) bool {
 type meter struct {
 	inner provider.Classifier
 	c     *Counters
+	run   *runState
 	// answered is set once any call got an HTTP answer; until then,
 	// connectFailures counts the calls that could not connect.
 	answered        atomic.Bool
@@ -375,12 +402,17 @@ func (m *meter) Classify(ctx context.Context, texts []string) (provider.Answer, 
 	m.c.Calls.Add(1)
 	m.c.callStarted()
 	start := time.Now()
+	m.run.first.CompareAndSwap(0, start.UnixNano())
 	ans, err := m.inner.Classify(ctx, texts)
 	d := time.Since(start)
 	m.c.callEnded(d)
 	if m.c.Observe != nil {
 		m.c.Observe(d, err)
 	}
+	if err == nil {
+		m.run.succeeded.Store(true)
+	}
+	err = m.run.verdict.observe(ctx, texts, err, m.sample)
 	pe, ok := provider.AsError(err)
 	if !ok {
 		if err == nil {
@@ -406,6 +438,17 @@ func (m *meter) Classify(ctx context.Context, texts []string) (provider.Answer, 
 	}
 	if row != nil {
 		row.last = err
+	}
+	return ans, err
+}
+
+// sample sends the verdict's harmless sample text: a call like any other
+// for the counters, outside the breaker and the limits.
+func (m *meter) sample(ctx context.Context, texts []string) (provider.Answer, error) {
+	m.c.Calls.Add(1)
+	ans, err := m.inner.Classify(ctx, texts)
+	if err == nil {
+		m.run.succeeded.Store(true)
 	}
 	return ans, err
 }

@@ -27,6 +27,11 @@ func (g *gate) Classify(ctx context.Context, texts []string) (provider.Answer, e
 	if row != nil {
 		p, row.handoff = row.handoff, nil
 	}
+	if p != nil && closed(stopFrom(ctx)) {
+		// Admitted, but sending stopped before it went: not sent.
+		p.Cancel()
+		return provider.Answer{}, errStopped
+	}
 	paused := g.pause()
 	if paused > 0 && p != nil {
 		// The slot the admission took must not sit idle through the pause:

@@ -29,6 +29,9 @@ func (g *Guard) Classify(ctx context.Context, texts []string) (provider.Answer, 
 		if row.waitForModel {
 			actx = provider.WithAttemptTimeout(provider.WithWaitForModel(ctx), row.attemptTimeout)
 		}
+		if row.scaleUp {
+			actx = provider.WithScaleUp(actx)
+		}
 		ans, err := g.inner.Classify(actx, texts)
 		if err == nil {
 			return ans, nil
@@ -53,6 +56,12 @@ func (g *Guard) Classify(ctx context.Context, texts []string) (provider.Answer, 
 		if !ok || !pe.Retryable() || pe.Unreachable {
 			return provider.Answer{}, err
 		}
+		if pe.Cold {
+			// The endpoint may be starting a replica: the next calls ask
+			// its proxy to hold them until one is up (and may take that
+			// long).
+			row.scaleUp = true
+		}
 		outage := isFailure(err) && !g.br.closed()
 		if row.sent > g.cfg.Retries {
 			// One view of an outage: a row whose last call failed as the
@@ -67,10 +76,10 @@ func (g *Guard) Classify(ctx context.Context, texts []string) (provider.Answer, 
 			continue // the next attempt meets the open breaker and waits there
 		}
 		d := g.retryDelay(pe, row)
-		if failFast(ctx) && !fitsDeadline(ctx, d) {
-			// A server does not hold its caller through a wait that ends
-			// past the deadline: the answer, and its Retry-After, are
-			// known now.
+		if !fitsDeadline(ctx, d) {
+			// A wait that ends past the row's deadline is not waited
+			// (a server does not hold its caller through it either): the
+			// answer, and its Retry-After, are known now.
 			return provider.Answer{}, err
 		}
 		row.wait(waitBackoff)
@@ -81,10 +90,13 @@ func (g *Guard) Classify(ctx context.Context, texts []string) (provider.Answer, 
 }
 
 // retryDelay is the wait before the row's next call: what the provider
-// asked for, capped; about a second for a loading model (the next call asks
-// the API to hold it until the model is up, as huggingface_hub does); else
-// exponential backoff with jitter, counted from when the failed call was
-// sent, so a call that took long to fail is not made to wait twice.
+// asked for (Retry-After, or the RateLimit header's reset), capped; about a
+// second for a loading model (the next call asks the API to hold it until
+// the model is up, as huggingface_hub does); else exponential backoff with
+// jitter, counted from when the failed call was sent, so a call that took
+// long to fail is not made to wait twice. A 429 that says nothing of when
+// backs off from RateLimitBackoff, four times the base: a quota frees up
+// more slowly than a server recovers from a 5xx.
 func (g *Guard) retryDelay(pe *provider.Error, row *rowState) time.Duration {
 	if pe.Loading {
 		row.waitForModel = true
@@ -94,8 +106,17 @@ func (g *Guard) retryDelay(pe *provider.Error, row *rowState) time.Duration {
 	if pe.RetryAfter > 0 {
 		return min(pe.RetryAfter, g.cfg.MaxRetryAfter)
 	}
-	return Backoff(row.sent, g.cfg.BackoffBase, g.cfg.BackoffMax) - time.Since(row.sentAt)
+	base := g.cfg.BackoffBase
+	if pe.Outcome == outcome.UpstreamRateLimited {
+		base *= rateLimitBackoff
+	}
+	return Backoff(row.sent, base, g.cfg.BackoffMax) - time.Since(row.sentAt)
 }
+
+// rateLimitBackoff is how many times longer a 429 with no Retry-After
+// backs off than a 5xx: from 1 s (0.5 to 1 s, then 1 to 2 s ...) at the
+// default base.
+const rateLimitBackoff = 4
 
 // Backoff is the wait before retry n (1 for the first): a random time
 // between half and all of min(max, base×2^(n-1)). The half that is fixed

@@ -41,7 +41,7 @@ func TestStatusTable(t *testing.T) {
 		outcome.Success: 200, outcome.Fallback: 200, outcome.InvalidInput: 422, outcome.LocalCapacity: 503,
 		outcome.UpstreamTimeout: 504, outcome.UpstreamRateLimited: 503, outcome.UpstreamFailed: 502,
 		outcome.UpstreamRequestRejected: 502, outcome.UpstreamAuth: 502, outcome.UpstreamPayload: 502,
-		outcome.UpstreamQuota: 502, outcome.UpstreamNotFound: 502,
+		outcome.UpstreamQuota: 502, outcome.UpstreamNotFound: 502, outcome.UpstreamEndpoint: 502,
 		outcome.CircuitOpen: 503, outcome.NotAttempted: 503,
 	}
 	if len(outcome.All()) != len(want) {

@@ -1,20 +1,18 @@
 package serve
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"mime"
 	"net/http"
 	"reflect"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
-	"unicode/utf8"
 
+	"github.com/hfsent/hfsent/internal/engine"
 	"github.com/hfsent/hfsent/internal/input"
 	"github.com/hfsent/hfsent/internal/outcome"
 	"github.com/hfsent/hfsent/internal/results"
@@ -34,10 +32,6 @@ type feedbackResponse struct {
 	Label     string  `json:"label"`
 	Score     float64 `json:"score"`
 	Model     string  `json:"model"`
-}
-
-type classifyRequest struct {
-	Items *[]json.RawMessage `json:"items"`
 }
 
 type classifyResponse struct {
@@ -61,13 +55,16 @@ type itemResult struct {
 
 // feedback answers POST /feedback-sentiment.
 func (s *Server) feedback(x *exchange) {
-	body, ok := s.readBody(x)
-	if !ok {
+	b := s.openBody(x)
+	if b == nil {
 		return
 	}
+	defer b.done()
 	var req textRequest
-	if field, msg := decodeStrict(body, &req); msg != "" {
-		s.invalid(x, field, msg)
+	field, msg := decodeStrict(b, &req)
+	b.decoded()
+	if msg != "" || b.err != nil {
+		s.failed(x, b, field, msg)
 		return
 	}
 	x.requestID = limit(req.RequestID, 200)
@@ -92,34 +89,36 @@ func (s *Server) feedback(x *exchange) {
 // there, like a CSV row; the others are still classified. Items submitted
 // together ride in one provider call when --batch-size allows.
 func (s *Server) classifyItems(x *exchange) {
-	body, ok := s.readBody(x)
-	if !ok {
+	b := s.openBody(x)
+	if b == nil {
 		return
 	}
-	var req classifyRequest
-	if field, msg := decodeStrict(body, &req); msg != "" {
-		s.invalid(x, field, msg)
-		return
-	}
+	defer b.done()
+	items, count, found, field, msg := decodeItems(b, s.cfg.MaxItems)
+	b.decoded()
 	switch {
-	case req.Items == nil:
+	case msg != "" || b.err != nil:
+		s.failed(x, b, field, msg)
+		return
+	case !found:
 		s.invalid(x, "items", "missing: want a list of {\"request_id\", \"text\"}")
 		return
-	case len(*req.Items) == 0:
+	case count == 0:
 		s.invalid(x, "items", "empty: want at least one item")
 		return
-	case len(*req.Items) > s.cfg.MaxItems:
-		s.invalid(x, "items", fmt.Sprintf("%d items, over --max-items %d", len(*req.Items), s.cfg.MaxItems))
+	case count > s.cfg.MaxItems:
+		s.invalid(x, "items", fmt.Sprintf("%d items, over --max-items %d", count, s.cfg.MaxItems))
 		return
 	}
-	items := *req.Items
 	x.items = len(items)
 	out := make([]results.Row, len(items))
 	seen := make(map[string]bool, len(items))
+	// The items are admitted as one: the request gets its place within the
+	// admission wait, or is refused whole.
+	group := engine.NewGroup()
 	var wg sync.WaitGroup
-	for i, raw := range items {
-		var it textRequest
-		field, msg := decodeStrict(raw, &it)
+	for i, it := range items {
+		field, msg := it.field, it.msg
 		if msg == "" {
 			problem := s.rules.Check(input.Row{ID: it.RequestID, Text: it.Text}, func(id string) bool {
 				dup := seen[id]
@@ -134,7 +133,7 @@ func (s *Server) classifyItems(x *exchange) {
 			continue
 		}
 		wg.Add(1)
-		if !s.send(x, input.Row{Seq: int64(i), ID: it.RequestID, Text: it.Text}, func(r results.Row) {
+		if !s.send(x, group, input.Row{Seq: int64(i), ID: it.RequestID, Text: it.Text}, func(r results.Row) {
 			out[i] = r
 			wg.Done()
 		}) {
@@ -144,6 +143,16 @@ func (s *Server) classifyItems(x *exchange) {
 		}
 	}
 	wg.Wait()
+	if refusal, refused := group.Refused(); refused {
+		// No slot within the admission wait: the whole request is refused,
+		// none of it sent, with when to try again.
+		for range out {
+			s.m.outcome(x.route, refusal.Outcome)
+		}
+		x.outcomes = countsText(map[outcome.Code]int{refusal.Outcome: len(out)})
+		s.outcomeError(x, refusal)
+		return
+	}
 	resp := classifyResponse{Results: make([]itemResult, len(out))}
 	counts := map[outcome.Code]int{}
 	for i, r := range out {
@@ -227,53 +236,6 @@ type statusWriter struct {
 func (w *statusWriter) WriteHeader(code int) {
 	w.status = code
 	w.ResponseWriter.WriteHeader(code)
-}
-
-// readBody checks the content type and reads the body within --max-body.
-// On failure it has answered (415, 413, 400 or 422) and reports false.
-func (s *Server) readBody(x *exchange) ([]byte, bool) {
-	mt, _, err := mime.ParseMediaType(x.r.Header.Get("Content-Type"))
-	if err != nil || (mt != "application/json" && !strings.HasSuffix(mt, "+json")) {
-		x.fail(http.StatusUnsupportedMediaType, CodeMediaType, "Content-Type must be application/json", "")
-		return nil, false
-	}
-	tooLarge := func() ([]byte, bool) {
-		x.fail(http.StatusRequestEntityTooLarge, CodeTooLarge,
-			fmt.Sprintf("body over %d bytes (--max-body)", s.cfg.MaxBody), "")
-		return nil, false
-	}
-	if x.r.ContentLength > s.cfg.MaxBody {
-		return tooLarge()
-	}
-	body, err := io.ReadAll(http.MaxBytesReader(x.w, x.r.Body, s.cfg.MaxBody))
-	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			return tooLarge()
-		}
-		x.fail(http.StatusBadRequest, CodeBadRequest, "the body could not be read", "")
-		return nil, false
-	}
-	if !utf8.Valid(body) {
-		s.invalid(x, "body", "not valid UTF-8")
-		return nil, false
-	}
-	return body, true
-}
-
-// decodeStrict decodes one JSON object into v: unknown fields, wrong types
-// and anything after the object are refused. It returns the field at fault
-// and why, or "" for the message when body is good.
-func decodeStrict(body []byte, v any) (field, msg string) {
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return describe(err)
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return "body", "unexpected data after the JSON object"
-	}
-	return "", ""
 }
 
 // describe turns a decoding error into the field at fault and a message

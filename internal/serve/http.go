@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"net"
 	"net/http"
 	"runtime/debug"
 	"slices"
@@ -168,6 +169,13 @@ func (s *Server) record(x *exchange, rt *route) {
 	}
 	attrs = append(attrs, slog.Float64("duration_ms", float64(d.Microseconds())/1000), slog.String("remote", x.r.RemoteAddr))
 	s.log.LogAttrs(ctx, level, "request", attrs...)
+}
+
+// refused records a request net/http refused by itself (see refusalConn):
+// counted and logged like the others, on the route "other".
+func (s *Server) refused(status int, code string, remote net.Addr) {
+	s.m.request("other", status, 0)
+	s.log.Info("request", "route", "other", "status", status, "outcome", code, "remote", remote.String())
 }
 
 // errorBody is every error answer: {"detail": {"code", "message"}}, and the

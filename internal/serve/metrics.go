@@ -26,6 +26,9 @@ type Metrics struct {
 	outcomes   *prometheus.CounterVec // route, outcome
 	rejections prometheus.Counter
 	calls      *prometheus.HistogramVec // outcome
+	// budgetRejections counts requests answered 503 because their body did
+	// not fit in --body-budget (never read).
+	budgetRejections prometheus.Counter
 }
 
 // NewMetrics makes the registry and hooks the provider call histogram into
@@ -63,6 +66,10 @@ func NewMetrics(counters *resilience.Counters) *Metrics {
 		Help:    "Duration of each call to the primary provider (every attempt), by its outcome.",
 		Buckets: []float64{.005, .01, .015, .02, .025, .03, .05, .075, .1, .25, .5, 1, 2.5, 5, 10, 30},
 	}, []string{"outcome"})
+	m.budgetRejections = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "hfsent_body_budget_rejections_total",
+		Help: "Requests answered 503 local_capacity before their body was read: it did not fit in --body-budget.",
+	})
 	counters.Observe = func(d time.Duration, err error) {
 		m.calls.WithLabelValues(string(provider.OutcomeOf(err))).Observe(d.Seconds())
 	}
@@ -70,7 +77,7 @@ func NewMetrics(counters *resilience.Counters) *Metrics {
 	counter := func(name, help string, v func() int64) prometheus.Collector {
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 { return float64(v()) })
 	}
-	m.reg.MustRegister(m.requests, m.duration, m.inFlight, m.outcomes, m.rejections, m.calls,
+	m.reg.MustRegister(m.requests, m.duration, m.inFlight, m.outcomes, m.rejections, m.calls, m.budgetRejections,
 		counter("hfsent_provider_calls_total", "Calls sent to the primary provider, retries included (a batch is one call).", c.Calls.Load),
 		counter("hfsent_provider_retries_total", "Calls beyond the first of a text or batch.", c.Retries.Load),
 		counter("hfsent_provider_rate_limited_total", "HTTP 429 answers from the provider.", c.RateLimited.Load),
@@ -102,6 +109,8 @@ func (m *Metrics) watch(s *Server) {
 		gauge("hfsent_breaker_open", "1 while the circuit breaker refuses calls (open), else 0.", func() float64 { open, _ := s.breakerOpen(); return b2f(open) }),
 		gauge("hfsent_breaker_remaining_seconds", "Time before the open breaker probes the provider again.", func() float64 { _, d := s.breakerOpen(); return d.Seconds() }),
 		gauge("hfsent_cooldown_remaining_seconds", "Time every new call still waits after a 429 with Retry-After.", func() float64 { return s.cooldown().Seconds() }),
+		gauge("hfsent_body_budget_bytes", "Bytes of --body-budget held now by request bodies being read, decoded and answered.", func() float64 { return float64(s.budget.inUse.Load()) }),
+		gauge("hfsent_body_budget_limit_bytes", "--body-budget: the most bytes request bodies may hold at once.", func() float64 { return float64(s.budget.size) }),
 		gauge("hfsent_ready", "1 when /readyz answers 200, else 0 (draining, or breaker open without a fallback).", func() float64 { ok, _, _ := s.Ready(); return b2f(ok) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "hfsent_reused_total",
 			Help: "Texts answered with an identical text's answer (in flight or recent), without a call."},

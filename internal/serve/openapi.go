@@ -21,11 +21,13 @@ func (s *Server) document() []byte {
 	allow := obj{"Allow": obj{"description": "the methods the route allows", "schema": obj{"type": "string"}}}
 
 	errorCodes := map[int][]string{
-		http.StatusBadRequest:            {CodeBadRequest},
-		http.StatusMethodNotAllowed:      {CodeMethodNotAllowed},
-		http.StatusRequestEntityTooLarge: {CodeTooLarge},
-		http.StatusUnsupportedMediaType:  {CodeMediaType},
-		http.StatusInternalServerError:   {CodeInternal},
+		http.StatusBadRequest:                  {CodeBadRequest},
+		http.StatusMethodNotAllowed:            {CodeMethodNotAllowed},
+		http.StatusRequestEntityTooLarge:       {CodeTooLarge},
+		http.StatusUnsupportedMediaType:        {CodeMediaType},
+		http.StatusInternalServerError:         {CodeInternal},
+		http.StatusRequestHeaderFieldsTooLarge: {CodeHeaderTooLarge},
+		http.StatusNotImplemented:              {CodeNotImplemented},
 	}
 	for _, c := range outcome.All() {
 		if st := c.Status(); st != http.StatusOK {
@@ -51,9 +53,11 @@ func (s *Server) document() []byte {
 		return r
 	}
 	bodyErrors := func(r obj) obj {
-		r["400"] = errorResponse(400, "the body could not be read (the connection broke or timed out)")
+		r["400"] = errorResponse(400, "the body could not be read (the connection broke or timed out), or the request could not be parsed")
 		r["405"] = errorResponse(405, "wrong method; Allow lists the right ones")
-		r["413"] = errorResponse(413, fmt.Sprintf("body over --max-body (%d bytes)", s.cfg.MaxBody))
+		r["413"] = errorResponse(413, fmt.Sprintf("body over --max-body (%d bytes); never read", s.cfg.MaxBody))
+		r["431"] = errorResponse(431, "headers over 64 KiB (answered by the HTTP server itself)")
+		r["501"] = errorResponse(501, "a Transfer-Encoding other than chunked (answered by the HTTP server itself)")
 		r["415"] = errorResponse(415, "Content-Type is not application/json")
 		r["422"] = errorResponse(422, "invalid input: detail.field names the field (request_id, text, items, body, or an unknown field's name)")
 		r["500"] = errorResponse(500, "a bug: see the server log")
@@ -121,7 +125,7 @@ func (s *Server) document() []byte {
 			"description": "one per item, in order"}},
 	}
 	allCodes := slices.Clone(codes)
-	allCodes = append(allCodes, CodeBadRequest, CodeNotFound, CodeMethodNotAllowed, CodeTooLarge, CodeMediaType, CodeInternal, "draining")
+	allCodes = append(allCodes, CodeBadRequest, CodeNotFound, CodeMethodNotAllowed, CodeTooLarge, CodeMediaType, CodeInternal, CodeHeaderTooLarge, CodeNotImplemented, "draining")
 	schemas["Error"] = obj{
 		"type": "object", "additionalProperties": false, "required": []string{"detail"},
 		"properties": obj{"detail": obj{
@@ -147,11 +151,12 @@ func (s *Server) document() []byte {
 	feedback := bodyErrors(obj{
 		"200": obj{"description": "the label (outcome success, or fallback)", "content": jsonContent(ref("FeedbackResponse"))},
 		"502": errorResponse(502, "the provider failed, refused the call, the token or the account, or answered something that is not a classification"),
-		"503": errorResponse(503, "no slot within --admission-wait (local_capacity), rate limited, breaker open, or the server is stopping; Retry-After says when to try again"),
+		"503": errorResponse(503, "no slot within --admission-wait (local_capacity), rate limited, breaker open, or the server is stopping; or no room in --body-budget or --max-conns for the request (local_capacity, its body never read); Retry-After says when to try again"),
 		"504": errorResponse(504, "the provider did not answer in time"),
 	})
 	classify := bodyErrors(obj{
 		"200": obj{"description": "one result per item, in order, each with its own outcome and status", "content": jsonContent(ref("ClassifyResponse"))},
+		"503": errorResponse(503, "the request got no slot within --admission-wait: its items are admitted as one, so it is refused whole (local_capacity), none of them sent; or no room in --body-budget or --max-conns (local_capacity, its body never read); or the provider asked for a pause, or the server is stopping; Retry-After says when to try again"),
 	})
 	get := func(id, summary string, ok obj) obj {
 		return obj{"get": obj{"operationId": id, "summary": summary, "responses": obj{

@@ -44,6 +44,13 @@ type Config struct {
 	MaxBody int64
 	// MaxItems bounds the items of one /v1/classify request; default 256.
 	MaxItems int
+	// BodyBudget bounds the bytes request bodies being read, decoded and
+	// answered may hold at once (see bodyCost); default DefaultBodyBudget,
+	// and never below what a body of MaxBody needs (MinBodyBudget).
+	BodyBudget int64
+	// MaxConns bounds the connections open at once; past it a new one is
+	// answered 503 at once and closed. Default DefaultMaxConns.
+	MaxConns int
 	// Version is shown in the OpenAPI document.
 	Version string
 	Logger  *slog.Logger
@@ -56,6 +63,9 @@ const (
 	DefaultMaxBody        = 1 << 20
 	DefaultMaxItems       = 256
 	DefaultBatchWait      = 5 * time.Millisecond
+	// DefaultMaxConns: each open connection may hold about 128 KiB (64 KiB
+	// of headers read slowly), so 1,024 of them hold at most 128 MiB.
+	DefaultMaxConns = 1024
 
 	// A request that finds every slot busy waits this long, then is
 	// answered 503 at once: callers arrive faster than the model answers,
@@ -97,6 +107,12 @@ func (c *Config) defaults() {
 	if c.MaxItems <= 0 {
 		c.MaxItems = DefaultMaxItems
 	}
+	if c.MaxConns <= 0 {
+		c.MaxConns = DefaultMaxConns
+	}
+	if c.BodyBudget <= 0 {
+		c.BodyBudget = max(DefaultBodyBudget, MinBodyBudget(c.MaxBody))
+	}
 	if c.Pipeline.BatchWait <= 0 {
 		c.Pipeline.BatchWait = DefaultBatchWait
 	}
@@ -117,6 +133,7 @@ type Server struct {
 	m       *Metrics
 	log     *slog.Logger
 	rules   engine.Rules
+	budget  *budget
 	routes  map[string]*route
 	openapi []byte
 
@@ -150,7 +167,7 @@ func New(cls provider.Classifier, m *Metrics, cfg Config) *Server {
 	if m == nil {
 		m = NewMetrics(nil)
 	}
-	s := &Server{cfg: cfg, m: m, log: cfg.Logger}
+	s := &Server{cfg: cfg, m: m, log: cfg.Logger, budget: newBudget(cfg.BodyBudget)}
 	s.guard, _ = cls.(*resilience.Guard)
 	s.p = engine.NewPipeline(context.Background(), cls, pc)
 	// The engine's defaults (the text limit, the slots), as the pipeline
@@ -178,7 +195,7 @@ func (s *Server) Run(ctx context.Context, ln net.Listener) error {
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
 	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
+	go func() { served <- srv.Serve(newListener(ln, s.cfg.MaxConns, s.refused)) }()
 	select {
 	case err := <-served:
 		s.Close()
@@ -239,7 +256,7 @@ func (s *Server) Ready() (ready bool, reason string, retry time.Duration) {
 // classify sends one text through the pipeline and waits for its result.
 func (s *Server) classify(x *exchange, row input.Row) results.Row {
 	done := make(chan results.Row, 1)
-	if !s.send(x, row, func(r results.Row) { done <- r }) {
+	if !s.send(x, nil, row, func(r results.Row) { done <- r }) {
 		return notSent()
 	}
 	if s.afterSubmit != nil {
@@ -248,10 +265,10 @@ func (s *Server) classify(x *exchange, row input.Row) results.Row {
 	return <-done
 }
 
-// send submits one text; done receives its result exactly once (from any
-// goroutine). It reports false, and done is never called, when the server
-// is closed.
-func (s *Server) send(x *exchange, row input.Row, done func(results.Row)) bool {
+// send submits one text, of group (nil: alone); done receives its result
+// exactly once (from any goroutine). It reports false, and done is never
+// called, when the server is closed.
+func (s *Server) send(x *exchange, group *engine.Group, row input.Row, done func(results.Row)) bool {
 	s.submit.RLock()
 	defer s.submit.RUnlock()
 	if s.closed {
@@ -263,6 +280,7 @@ func (s *Server) send(x *exchange, row input.Row, done func(results.Row)) bool {
 		Ctx:      x.r.Context(),
 		Deadline: x.start.Add(s.cfg.RequestTimeout),
 		Done:     done,
+		Group:    group,
 	})
 	return true
 }

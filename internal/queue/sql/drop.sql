@@ -1,7 +1,8 @@
--- drop deletes the batch with everything of it, once queue drop holds its
--- push turn (lock_push.sql), its gate (drop_gate.sql) and its row
--- (lock_batch.sql): no worker or push transaction of the batch is under
--- way, and those that come find it gone. The tables have no foreign keys
+-- drop deletes the batch with everything of it, once queue drop (or a
+-- failed push removing the batch it created) holds its push turn
+-- (lock_push.sql), its gate (drop_gate.sql) and its row (lock_batch.sql):
+-- no worker or push transaction of the batch is under way, and those that
+-- come find it gone. The tables have no foreign keys
 -- to order the deletes by.
 with results as (delete from hfsent.result where batch_id = @batch),
 items as (delete from hfsent.item where batch_id = @batch),
