@@ -87,11 +87,6 @@ type Batch struct {
 	Rows             int64
 }
 
-const batchCols = `id, name, model, global_cap, coalesce(client_column, ''), coalesce(client_cap, 0),
-	coalesce(global_rps, 0), lease_ms, max_attempts, max_chars, paused_until, breaker_open_until,
-	created_at, started_at, finished_at,
-	(select coalesce(sum(p.rows), 0) from hfsent.push p where p.batch_id = batch.id)`
-
 func scanBatch(row pgx.Row) (*Batch, error) {
 	var b Batch
 	var leaseMs int64
@@ -104,7 +99,7 @@ func scanBatch(row pgx.Row) (*Batch, error) {
 
 // Batch loads the batch called name.
 func (db *DB) Batch(ctx context.Context, name string) (*Batch, error) {
-	b, err := scanBatch(db.Pool.QueryRow(ctx, "select "+batchCols+" from hfsent.batch where name = $1", name))
+	b, err := scanBatch(db.Pool.QueryRow(ctx, sqlBatch.sql, sqlBatch.with(pgx.StrictNamedArgs{"name": name})))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("%w %q at %s (hfsent queue list shows the batches there)", ErrNoBatch, name, db.url)
 	}
@@ -116,7 +111,7 @@ func (db *DB) Batch(ctx context.Context, name string) (*Batch, error) {
 
 // Batches lists every batch, oldest first.
 func (db *DB) Batches(ctx context.Context) ([]*Batch, error) {
-	rows, err := db.Pool.Query(ctx, "select "+batchCols+" from hfsent.batch order by id")
+	rows, err := db.Pool.Query(ctx, sqlBatches.sql, sqlBatches.with(nil))
 	if err != nil {
 		return nil, fmt.Errorf("listing batches: %s", summarise(err))
 	}
@@ -140,7 +135,7 @@ func (db *DB) Batches(ctx context.Context) ([]*Batch, error) {
 // other writer does. First the push lock (a push holds it for its whole
 // transaction, then locks the batch row), then the batch's gate, exclusive
 // (every worker transaction takes it shared before any row: see
-// enterBatch), then the batch row. So it waits for a push and for the
+// enter_batch.sql), then the batch row. So it waits for a push and for the
 // workers' transactions under way, never while holding anything one of
 // them waits for, and the workers that come after it find the batch gone.
 // The notification wakes the idle ones to find it.
@@ -169,37 +164,33 @@ func (db *DB) Drop(ctx context.Context, name string) (int64, error) {
 // reports whether it was gone already, and the rows it had. With ifEmpty
 // it deletes b only when no push has filled it (rows is then 0).
 func dropTx(ctx context.Context, tx pgx.Tx, b *Batch, ifEmpty bool) (gone bool, rows int64, err error) {
-	tag, err := tx.Exec(ctx, "select 1 from hfsent.push_lock where batch_id = $1 for update", b.ID)
+	batch := pgx.StrictNamedArgs{"batch": b.ID}
+	tag, err := tx.Exec(ctx, sqlLockPush.sql, sqlLockPush.with(batch))
 	if err != nil {
 		return false, 0, err
 	}
 	if tag.RowsAffected() == 0 {
 		return true, 0, nil // dropped meanwhile
 	}
-	if _, err := tx.Exec(ctx, "select pg_advisory_xact_lock("+batchGate+")", b.ID); err != nil {
+	if _, err := tx.Exec(ctx, sqlDropGate.sql, sqlDropGate.with(batch)); err != nil {
 		return false, 0, err
 	}
-	if _, err := tx.Exec(ctx, "select 1 from hfsent.batch where id = $1 for update", b.ID); err != nil {
+	if _, err := tx.Exec(ctx, sqlLockBatch.sql, sqlLockBatch.with(batch)); err != nil {
 		return false, 0, err
 	}
 	// The rows as of now, pushes since b was read included.
-	if err := tx.QueryRow(ctx, "select coalesce(sum(rows), 0) from hfsent.push where batch_id = $1", b.ID).Scan(&rows); err != nil {
+	if err := tx.QueryRow(ctx, sqlBatchRows.sql, sqlBatchRows.with(batch)).Scan(&rows); err != nil {
 		return false, 0, err
 	}
 	if ifEmpty {
 		var pushes bool
-		if err := tx.QueryRow(ctx, "select exists (select 1 from hfsent.push where batch_id = $1)", b.ID).Scan(&pushes); err != nil || pushes {
+		if err := tx.QueryRow(ctx, sqlHadRows.sql, sqlHadRows.with(batch)).Scan(&pushes); err != nil || pushes {
 			return false, rows, err
 		}
 	}
-	for _, table := range []string{"result", "item", "input", "client", "worker", "push", "push_lock"} {
-		if _, err := tx.Exec(ctx, "delete from hfsent."+table+" where batch_id = $1", b.ID); err != nil {
-			return false, 0, err
-		}
-	}
-	if _, err := tx.Exec(ctx, "delete from hfsent.batch where id = $1", b.ID); err != nil {
+	if _, err := tx.Exec(ctx, sqlDrop.sql, sqlDrop.with(batch)); err != nil {
 		return false, 0, err
 	}
-	_, err = tx.Exec(ctx, "select pg_notify($1, 'dropped')", channel(b.ID))
+	_, err = tx.Exec(ctx, sqlNotify.sql, sqlNotify.with(pgx.StrictNamedArgs{"channel": channel(b.ID), "what": "dropped"}))
 	return false, rows, err
 }

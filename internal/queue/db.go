@@ -248,14 +248,14 @@ func Latest() int32 {
 // Version reads the schema version of the database: 0 when it has no queue.
 func (db *DB) Version(ctx context.Context) (int32, error) {
 	var exists bool
-	if err := db.Pool.QueryRow(ctx, "select to_regclass($1) is not null", versionTable).Scan(&exists); err != nil {
+	if err := db.Pool.QueryRow(ctx, sqlSchemaExists.sql, sqlSchemaExists.with(pgx.StrictNamedArgs{"table": versionTable})).Scan(&exists); err != nil {
 		return 0, fmt.Errorf("%w at %s: %s", ErrConnect, db.url, summarise(err))
 	}
 	if !exists {
 		return 0, nil
 	}
 	var v int32
-	if err := db.Pool.QueryRow(ctx, "select version from "+versionTable).Scan(&v); err != nil {
+	if err := db.Pool.QueryRow(ctx, sqlSchemaVersion.sql, sqlSchemaVersion.with(nil)).Scan(&v); err != nil {
 		return 0, fmt.Errorf("reading the schema version at %s: %s", db.url, summarise(err))
 	}
 	return v, nil

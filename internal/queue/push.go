@@ -81,7 +81,7 @@ func (db *DB) Push(ctx context.Context, req PushRequest, src Source) (_ PushResu
 		return res, fmt.Errorf("%w at %s: %s", ErrConnect, db.url, summarise(err))
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx))
-	if tag, err := tx.Exec(ctx, "select 1 from hfsent.push_lock where batch_id = $1 for update", b.ID); err != nil {
+	if tag, err := tx.Exec(ctx, sqlLockPush.sql, sqlLockPush.with(pgx.StrictNamedArgs{"batch": b.ID})); err != nil {
 		return res, fmt.Errorf("locking batch %q for a push: %s", b.Name, summarise(err))
 	} else if tag.RowsAffected() == 0 {
 		// queue drop deleted it while this push waited for its turn, or
@@ -98,12 +98,11 @@ func (db *DB) Push(ctx context.Context, req PushRequest, src Source) (_ PushResu
 		}
 	}
 	var hadRows bool
-	if err := tx.QueryRow(ctx, "select exists (select 1 from hfsent.push where batch_id = $1)", b.ID).Scan(&hadRows); err != nil {
+	if err := tx.QueryRow(ctx, sqlHadRows.sql, sqlHadRows.with(pgx.StrictNamedArgs{"batch": b.ID})).Scan(&hadRows); err != nil {
 		return res, fmt.Errorf("reading batch %q: %s", b.Name, summarise(err))
 	}
 	var base int64
-	if err := tx.QueryRow(ctx, "update hfsent.batch set next_seq = next_seq + $2 where id = $1 returning next_seq - $2",
-		b.ID, seqBlock).Scan(&base); err != nil {
+	if err := tx.QueryRow(ctx, sqlReserveSeqs.sql, sqlReserveSeqs.with(pgx.StrictNamedArgs{"batch": b.ID, "block": seqBlock})).Scan(&base); err != nil {
 		return res, fmt.Errorf("reserving rows in batch %q: %s", b.Name, summarise(err))
 	}
 
@@ -155,23 +154,22 @@ func (db *DB) Push(ctx context.Context, req PushRequest, src Source) (_ PushResu
 			return res, fmt.Errorf("storing invalid rows of batch %q: %s", b.Name, summarise(err))
 		}
 	}
-	if _, err := tx.Exec(ctx, `insert into hfsent.client (batch_id, client) select $1, c from unnest($2::text[]) c on conflict do nothing`,
-		b.ID, cs.clientList()); err != nil {
+	if _, err := tx.Exec(ctx, sqlAddClients.sql, sqlAddClients.with(pgx.StrictNamedArgs{"batch": b.ID, "clients": cs.clientList()})); err != nil {
 		return res, fmt.Errorf("storing the clients of batch %q: %s", b.Name, summarise(err))
 	}
-	if _, err := tx.Exec(ctx, `insert into hfsent.push (batch_id, digest, source, first_seq, rows) values ($1, $2, $3, $4, $5)`,
-		b.ID, digest, req.Source, base, int64(len(cs.items))); err != nil {
+	if _, err := tx.Exec(ctx, sqlRecordPush.sql, sqlRecordPush.with(pgx.StrictNamedArgs{"batch": b.ID, "digest": digest, "source": req.Source,
+		"first_seq": base, "rows": int64(len(cs.items))})); err != nil {
 		return res, fmt.Errorf("recording the push into batch %q: %s", b.Name, summarise(err))
 	}
 	if err := batchRows(ctx, tx, b); err != nil {
 		return res, err
 	}
 	if len(cs.items) > len(cs.invalid) {
-		if _, err := tx.Exec(ctx, "update hfsent.batch set finished_at = null where id = $1", b.ID); err != nil {
+		if _, err := tx.Exec(ctx, sqlReopenBatch.sql, sqlReopenBatch.with(pgx.StrictNamedArgs{"batch": b.ID})); err != nil {
 			return res, fmt.Errorf("updating batch %q: %s", b.Name, summarise(err))
 		}
 	}
-	if _, err := tx.Exec(ctx, "select pg_notify($1, 'push')", channel(b.ID)); err != nil {
+	if _, err := tx.Exec(ctx, sqlNotify.sql, sqlNotify.with(pgx.StrictNamedArgs{"channel": channel(b.ID), "what": "push"})); err != nil {
 		return res, fmt.Errorf("notifying workers: %s", summarise(err))
 	}
 	if err := tx.Commit(ctx); err != nil {
@@ -200,7 +198,7 @@ func (db *DB) forget(b *Batch) {
 // push lock: every push before this one, and this one's, whatever pushes
 // ran beside it (b.Rows, read before the lock, may miss them).
 func batchRows(ctx context.Context, tx pgx.Tx, b *Batch) error {
-	if err := tx.QueryRow(ctx, "select coalesce(sum(rows), 0) from hfsent.push where batch_id = $1", b.ID).Scan(&b.Rows); err != nil {
+	if err := tx.QueryRow(ctx, sqlBatchRows.sql, sqlBatchRows.with(pgx.StrictNamedArgs{"batch": b.ID})).Scan(&b.Rows); err != nil {
 		return fmt.Errorf("counting the rows of batch %q: %s", b.Name, summarise(err))
 	}
 	return nil
@@ -211,7 +209,7 @@ func channel(batchID int64) string { return fmt.Sprintf("hfsent_batch_%d", batch
 
 func pushed(ctx context.Context, tx pgx.Tx, batchID int64, digest string) (bool, error) {
 	var n int
-	err := tx.QueryRow(ctx, "select count(*) from hfsent.push where batch_id = $1 and digest = $2", batchID, digest).Scan(&n)
+	err := tx.QueryRow(ctx, sqlPushed.sql, sqlPushed.with(pgx.StrictNamedArgs{"batch": batchID, "digest": digest})).Scan(&n)
 	if err != nil {
 		return false, fmt.Errorf("reading the pushes: %s", summarise(err))
 	}
@@ -223,19 +221,16 @@ func pushed(ctx context.Context, tx pgx.Tx, batchID int64, digest string) (bool,
 // written, and a hash of the trimmed id, indexed (so an id of any length
 // fits).
 func listNewIDs(ctx context.Context, tx pgx.Tx, batchID, base int64) error {
-	for _, q := range []string{
-		`create temp table hfsent_push_ids (h bigint not null, id text not null, raw text not null) on commit drop`,
-		`insert into pg_temp.hfsent_push_ids
-		 select hashtextextended(btrim(request_id), 0), btrim(request_id), request_id
-		 from hfsent.input where batch_id = $1 and seq >= $2`,
-		`create index on pg_temp.hfsent_push_ids (h)`,
-		`analyze pg_temp.hfsent_push_ids`,
+	for _, q := range []struct {
+		s    *statement
+		args pgx.StrictNamedArgs
+	}{
+		{sqlNewIDsTable, nil},
+		{sqlNewIDsFill, pgx.StrictNamedArgs{"batch": batchID, "base": base}},
+		{sqlNewIDsIndex, nil},
+		{sqlNewIDsAnalyze, nil},
 	} {
-		var args []any
-		if strings.Contains(q, "$1") {
-			args = []any{batchID, base}
-		}
-		if _, err := tx.Exec(ctx, q, args...); err != nil {
+		if _, err := tx.Exec(ctx, q.s.sql, q.s.with(q.args)); err != nil {
 			return err
 		}
 	}
@@ -312,15 +307,9 @@ func (db *DB) ensureBatch(ctx context.Context, req PushRequest) (*Batch, bool, e
 		rps = s.GlobalRPS
 	}
 	var id int64
-	err := db.Pool.QueryRow(ctx, `
-		with b as (
-			insert into hfsent.batch (name, model, global_cap, client_column, client_cap, global_rps, tokens, lease_ms, max_attempts, max_chars)
-			values ($1, $2, $3, $4::text, $5::int, $6::float8, coalesce($6::float8, 0), $7, $8, $9)
-			on conflict (name) do nothing
-			returning id
-		), l as (insert into hfsent.push_lock (batch_id) select id from b)
-		select id from b`,
-		s.Name, s.Model, s.GlobalCap, cc, cl, rps, s.Lease.Milliseconds(), s.MaxAttempts, s.MaxChars).Scan(&id)
+	err := db.Pool.QueryRow(ctx, sqlCreateBatch.sql, sqlCreateBatch.with(pgx.StrictNamedArgs{"name": s.Name, "model": s.Model,
+		"global_cap": s.GlobalCap, "client_column": cc, "client_cap": cl, "global_rps": rps, "lease_ms": s.Lease.Milliseconds(),
+		"max_attempts": s.MaxAttempts, "max_chars": s.MaxChars})).Scan(&id)
 	created := err == nil
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return nil, false, fmt.Errorf("creating batch %q: %s", s.Name, summarise(err))

@@ -61,17 +61,11 @@ func (db *DB) Status(ctx context.Context, name string) (*Status, error) {
 	}
 	st := &Status{Batch: b, Outcomes: map[outcome.Code]int64{}}
 	err = pgx.BeginTxFunc(ctx, db.Pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-		if err := tx.QueryRow(ctx, `
-			select count(*) filter (where state = 'pending'),
-			       count(*) filter (where state = 'pending' and lease_until > clock_timestamp()),
-			       count(*) filter (where state = 'running' and lease_until > clock_timestamp()),
-			       count(*) filter (where state = 'running' and lease_until <= clock_timestamp()),
-			       count(*) filter (where state = 'done')
-			from hfsent.item where batch_id = $1`, b.ID).Scan(&st.Pending, &st.Reserved, &st.Running, &st.Expired, &st.Done); err != nil {
+		batch := pgx.StrictNamedArgs{"batch": b.ID}
+		if err := tx.QueryRow(ctx, sqlStatusCounts.sql, sqlStatusCounts.with(batch)).Scan(&st.Pending, &st.Reserved, &st.Running, &st.Expired, &st.Done); err != nil {
 			return err
 		}
-		rows, err := tx.Query(ctx, `select r.outcome, count(*) from hfsent.item i join hfsent.result r using (batch_id, seq)
-			where i.batch_id = $1 and i.state = 'done' group by r.outcome`, b.ID)
+		rows, err := tx.Query(ctx, sqlStatusOutcomes.sql, sqlStatusOutcomes.with(batch))
 		if err != nil {
 			return err
 		}
@@ -86,12 +80,7 @@ func (db *DB) Status(ctx context.Context, name string) (*Status, error) {
 		if err := rows.Err(); err != nil {
 			return err
 		}
-		rows, err = tx.Query(ctx, `select client,
-				count(*) filter (where state = 'running' and lease_until > clock_timestamp()) as running,
-				count(*) filter (where state = 'pending') as pending,
-				count(*) over ()
-			from hfsent.item where batch_id = $1 and state in ('pending', 'running')
-			group by client order by running desc, pending desc, client limit 10`, b.ID)
+		rows, err = tx.Query(ctx, sqlStatusClients.sql, sqlStatusClients.with(batch))
 		if err != nil {
 			return err
 		}
@@ -105,8 +94,7 @@ func (db *DB) Status(ctx context.Context, name string) (*Status, error) {
 		if err := rows.Err(); err != nil {
 			return err
 		}
-		rows, err = tx.Query(ctx, `select id, host, pid, extract(epoch from clock_timestamp() - seen_at) * 1000
-			from hfsent.worker where batch_id = $1 and seen_at > clock_timestamp() - interval '1 minute' order by id`, b.ID)
+		rows, err = tx.Query(ctx, sqlStatusWorkers.sql, sqlStatusWorkers.with(batch))
 		if err != nil {
 			return err
 		}
@@ -123,12 +111,7 @@ func (db *DB) Status(ctx context.Context, name string) (*Status, error) {
 			return err
 		}
 		var paused, open float64
-		if err := tx.QueryRow(ctx, `
-			select (select count(*) from hfsent.result r join hfsent.item i using (batch_id, seq)
-			        where r.batch_id = $1 and r.finished_at > clock_timestamp() - interval '1 minute' and i.state = 'done' and r.worker <> ''),
-			       coalesce(extract(epoch from paused_until - clock_timestamp()) * 1000, 0),
-			       coalesce(extract(epoch from breaker_open_until - clock_timestamp()) * 1000, 0)
-			from hfsent.batch where id = $1`, b.ID).Scan(&st.PerMinute, &paused, &open); err != nil {
+		if err := tx.QueryRow(ctx, sqlStatusRate.sql, sqlStatusRate.with(batch)).Scan(&st.PerMinute, &paused, &open); err != nil {
 			return err
 		}
 		st.Paused, st.Open = msDuration(paused), msDuration(open)
@@ -156,27 +139,10 @@ type ExportStats struct {
 // from one query, so memory stays flat.
 func (db *DB) Export(ctx context.Context, b *Batch, w *results.Writer, includeText bool) (ExportStats, error) {
 	var st ExportStats
-	text := "''"
-	if includeText {
-		text = "inp.text"
-	}
 	// One read-only transaction: the rows come from one snapshot, read
 	// with a cursor so that a million rows are not held in memory.
 	err := pgx.BeginTxFunc(ctx, db.Pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, `
-			select inp.request_id, i.state, coalesce(r.outcome, ''), coalesce(r.label, ''), coalesce(r.score, 0),
-			       coalesce(r.model, ''),
-			       -- Claims lost with their worker since the last result,
-			       -- one call each (see result.claims); a claim running
-			       -- now is not counted yet.
-			       coalesce(r.attempts, 0) + greatest(0, i.attempt - coalesce(r.claims, 0) - case when i.state = 'running' then 1 else 0 end),
-			       coalesce(r.latency_ms, 0), coalesce(r.error, ''),
-			       coalesce(r.queued_ms, 0), coalesce(r.started_ms, -1), coalesce(r.finished_ms, 0), `+text+`
-			from hfsent.item i
-			join hfsent.input inp on inp.batch_id = i.batch_id and inp.seq = i.seq
-			left join hfsent.result r on r.batch_id = i.batch_id and r.seq = i.seq
-			where i.batch_id = $1
-			order by i.seq`, b.ID)
+		rows, err := tx.Query(ctx, sqlExport.sql, sqlExport.with(pgx.StrictNamedArgs{"batch": b.ID, "include_text": includeText}))
 		if err != nil {
 			return err
 		}

@@ -1,0 +1,65 @@
+-- complete writes a worker's results, fenced: a row is written only while
+-- it is still running under this worker (@owner) and this attempt;
+-- otherwise its result is discarded (its lease passed to another worker).
+-- A result done is final; a retry records the failure as the row's last
+-- and puts the row back to pending, due after its delay (the worker's
+-- rowBackoff, or the provider's Retry-After); a give-back undoes the claim
+-- (a row never sent is not charged the attempt). It runs before the batch
+-- row is locked (lock_batch.sql): it holds only its own rows, and a row
+-- written frees its place for the claim that follows in the same
+-- transaction. It answers the rows written.
+with done as (
+	-- The results, one array per column.
+	select * from unnest(@seq::bigint[], @attempt::int[], @action::text[], @outcome::text[], @label::text[], @score::float8[],
+	                     @model::text[], @attempts::int[], @latency_ms::bigint[], @error::text[], @wait_ms::bigint[],
+	                     @total_ms::bigint[], @delay_ms::bigint[])
+	  as done(seq, attempt, action, outcome, label, score, model, attempts, latency_ms, error, wait_ms, total_ms, delay_ms)
+),
+written as (
+	-- The fence: state, owner, attempt.
+	update hfsent.item i set
+		state = case done.action when 'done' then 'done' else 'pending' end,
+		attempt = case when done.action = 'giveback' and done.attempts = 0 then i.attempt - 1 else i.attempt end,
+		available_at = clock_timestamp() + done.delay_ms * interval '1 millisecond',
+		lease_owner = null,
+		lease_until = null
+	from done
+	where i.batch_id = @batch and i.seq = done.seq and i.state = 'running' and i.lease_owner = @owner and i.attempt = done.attempt
+	returning i.seq, i.claimed_at
+),
+queued as (
+	-- When each row written was claimed, in milliseconds since the batch's
+	-- first claim: the times of the results count from there.
+	select written.seq, greatest(0, (extract(epoch from written.claimed_at - b.started_at) * 1000)::bigint) as ms
+	from written, hfsent.batch b where b.id = @batch
+),
+saved as (
+	insert into hfsent.result as r (batch_id, seq, outcome, label, score, model, attempts, claims, latency_ms, error,
+	                                queued_ms, started_ms, finished_ms, finished_at, worker)
+	select @batch, done.seq, done.outcome, done.label, done.score, done.model,
+	       -- The provider calls of every claim of the row: those of the
+	       -- results before (prior), one for each claim since that wrote
+	       -- none (its worker stopped after it had sent the row, as a
+	       -- worker sends a row once it claims it: the least it made, see
+	       -- result.claims), and this claim's.
+	       coalesce(prior.attempts, 0) + greatest(0, done.attempt - 1 - coalesce(prior.claims, 0)) + done.attempts,
+	       done.attempt, done.latency_ms, done.error,
+	       queued.ms, case when done.wait_ms >= 0 then queued.ms + done.wait_ms end, queued.ms + done.total_ms, clock_timestamp(), @owner
+	from done join queued on queued.seq = done.seq
+	left join hfsent.result prior on prior.batch_id = @batch and prior.seq = done.seq
+	where done.action <> 'giveback'
+	on conflict (batch_id, seq) do update set
+		outcome = excluded.outcome, label = excluded.label, score = excluded.score, model = excluded.model,
+		attempts = excluded.attempts, claims = excluded.claims, latency_ms = excluded.latency_ms, error = excluded.error,
+		queued_ms = excluded.queued_ms, started_ms = excluded.started_ms, finished_ms = excluded.finished_ms,
+		finished_at = excluded.finished_at, worker = excluded.worker
+)
+select seq from written
+union all
+-- Rows this worker already finished: a round trip whose answer was lost
+-- (the connection dropped at its commit) is sent again; those results are
+-- in, not refused.
+select done.seq from done
+join hfsent.item i on i.batch_id = @batch and i.seq = done.seq and i.state = 'done'
+join hfsent.result r on r.batch_id = @batch and r.seq = done.seq and r.worker = @owner
+where done.action = 'done' and done.seq not in (select seq from written)
