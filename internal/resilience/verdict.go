@@ -63,8 +63,19 @@ func (v *Verdict) Done() <-chan struct{} { return v.done }
 // its answer, and a batch run sends nothing new meanwhile.
 func (v *Verdict) Probing() bool {
 	v.mu.Lock()
-	defer v.mu.Unlock()
-	return v.probing && v.state == undecided
+	probing := v.probing
+	v.mu.Unlock()
+	if !probing {
+		return false
+	}
+	// Until done is closed, not until the state is set: a batch stops its
+	// admission in between (OnRefused), and must not admit rows meanwhile.
+	select {
+	case <-v.done:
+		return false
+	default:
+		return true
+	}
 }
 
 // Refuses reports whether the endpoint was found to refuse every call.
@@ -126,12 +137,16 @@ func (v *Verdict) decide(s verdictState, refusal *provider.Error) {
 		return
 	}
 	v.state, v.refusal = s, refusal
-	close(v.done)
 	f := v.refused
 	v.mu.Unlock()
+	// A batch stops its admission before anything waiting for the verdict
+	// (its admission, the rows held) goes on: closed first, done would let
+	// the admission send rows into the endpoint for as long as the stop
+	// takes to be told.
 	if f != nil && s == refuses {
 		f(v.Refusal())
 	}
+	close(v.done)
 }
 
 // observe learns from one answer to a call of texts. When it completes a
