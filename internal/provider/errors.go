@@ -117,8 +117,16 @@ func (e *Error) Retryable() bool {
 	return false
 }
 
-// AsError returns err as a *Error when it is one.
+// AsError returns err as a *Error when it is one. A nil error, or a
+// *Error itself, is answered without errors.As (whose target escapes):
+// every layer asks this of every call's result.
 func AsError(err error) (*Error, bool) {
+	switch e := err.(type) {
+	case nil:
+		return nil, false
+	case *Error:
+		return e, true
+	}
 	var pe *Error
 	if errors.As(err, &pe) {
 		return pe, true
