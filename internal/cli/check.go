@@ -87,77 +87,20 @@ func (r *checkResult) print(w io.Writer) {
 }
 
 func runCheck(ctx context.Context, o *checkOptions, ios *IOStreams) error {
-	if strings.TrimSpace(o.model) == "" {
-		return usageErrorf("--model must not be empty")
-	}
-	if strings.TrimSpace(o.text) == "" {
-		return usageErrorf("--text must not be empty")
-	}
-	if err := inRange("--timeout", o.timeout, minTimeout, maxTimeout, ""); err != nil {
-		return err
-	}
-	if err := inRange("--connect-timeout", o.connectTimeout, minTimeout, maxConnectTimeout, ""); err != nil {
-		return err
-	}
-	kind, err := checkKind(o.provider, o.endpoint, true)
+	kind, err := o.validate()
 	if err != nil {
-		return err
-	}
-	if err := checkBillTo(o.billTo); err != nil {
-		return err
-	}
-	if err := checkEndpoint(o.endpoint, o.model); err != nil {
 		return err
 	}
 	res := &checkResult{}
 	defer res.print(ios.Out)
 
 	tok, err := provider.ResolveToken(ios.getenv)
-	switch {
-	case err != nil:
-		res.add("token", "unusable: "+err.Error())
-		res.add("result", "FAIL: fix the token; nothing was sent")
+	if !res.token(tok, err, o.endpoint != "", ios.getenv) {
 		return silentExit(ExitCheckFailed)
-	case tok.Value != "":
-		res.add("token", "found ("+tok.Source+")")
-	case o.endpoint != "":
-		res.add("token", "not found (none sent; not required with --endpoint)")
-	default:
-		where := "HF_TOKEN and " + provider.TokenPath(ios.getenv)
-		if provider.TokenPath(ios.getenv) == "" {
-			where = "HF_TOKEN only: with HOME unset there is no token file to look for; set HF_TOKEN_PATH"
-		}
-		res.add("token", "not found (looked in "+where+")")
 	}
-
-	// The one construction every command uses, with check's own policies:
-	// its sample is asked again only while the provider warms up (a loading
-	// model, a replica starting), up to --timeout; any other answer is what
-	// check reports.
 	capture := &captureTransport{rt: provider.NewHTTPClient(1, o.connectTimeout).Transport}
 	warm := &warmUp{errOut: ios.ErrOut, timeout: o.timeout}
-	guard, info, err := openGuard(guardSpec{
-		kind: kind,
-		client: provider.Spec{
-			Model:          o.model,
-			Endpoint:       o.endpoint,
-			Token:          tok.Value,
-			Concurrency:    1,
-			Timeout:        o.timeout,
-			ConnectTimeout: o.connectTimeout,
-			UserAgent:      "hfsent/" + version + " (check)",
-			Client:         &http.Client{Transport: capture},
-			BillTo:         o.billTo,
-		},
-		policies: resilience.Config{
-			Concurrency:   1,
-			Retries:       checkRetries,
-			WarmUpOnly:    true,
-			Timeout:       o.timeout,
-			MaxRetryAfter: o.timeout,
-			OnRetry:       warm.retry,
-		},
-	})
+	guard, info, err := o.guard(kind, tok.Value, capture, warm)
 	if err != nil {
 		return err
 	}
@@ -180,7 +123,6 @@ func runCheck(ctx context.Context, o *checkOptions, ios *IOStreams) error {
 	ans, err := guard.Classify(sctx, &resilience.Row{WaitForModel: true}, []string{o.text})
 	cancel()
 	latency := time.Since(start).Round(time.Millisecond)
-	load := warm.done()
 	status, body := capture.last()
 	if status > 0 {
 		res.add("status", fmt.Sprintf("%d %s", status, http.StatusText(status)))
@@ -188,60 +130,149 @@ func runCheck(ctx context.Context, o *checkOptions, ios *IOStreams) error {
 		res.add("status", "no HTTP answer")
 	}
 	res.add("latency", latency.String())
-	if pe, ok := provider.AsError(err); ok && pe.Loading {
-		res.add("loading", fmt.Sprintf("model still loading after %.1f s", load.waited.Seconds()))
+	if !res.answer(o, ans, err, warm.done(), status, body) {
+		return silentExit(ExitCheckFailed)
+	}
+	return nil
+}
+
+// validate checks the flags before anything is sent, and returns the kind
+// of provider asked.
+func (o *checkOptions) validate() (provider.Kind, error) {
+	if strings.TrimSpace(o.model) == "" {
+		return provider.Kind{}, usageErrorf("--model must not be empty")
+	}
+	if strings.TrimSpace(o.text) == "" {
+		return provider.Kind{}, usageErrorf("--text must not be empty")
+	}
+	if err := inRange("--timeout", o.timeout, minTimeout, maxTimeout, ""); err != nil {
+		return provider.Kind{}, err
+	}
+	if err := inRange("--connect-timeout", o.connectTimeout, minTimeout, maxConnectTimeout, ""); err != nil {
+		return provider.Kind{}, err
+	}
+	kind, err := checkKind(o.provider, o.endpoint, true)
+	if err != nil {
+		return kind, err
+	}
+	if err := checkBillTo(o.billTo); err != nil {
+		return kind, err
+	}
+	return kind, checkEndpoint(o.endpoint, o.model)
+}
+
+// token says where the token was found (never its value); false when it
+// cannot be used, and nothing may be sent.
+func (r *checkResult) token(tok provider.Token, err error, endpoint bool, getenv func(string) string) bool {
+	switch {
+	case err != nil:
+		r.add("token", "unusable: "+err.Error())
+		r.add("result", "FAIL: fix the token; nothing was sent")
+		return false
+	case tok.Value != "":
+		r.add("token", "found ("+tok.Source+")")
+	case endpoint:
+		r.add("token", "not found (none sent; not required with --endpoint)")
+	default:
+		where := "HF_TOKEN and " + provider.TokenPath(getenv)
+		if provider.TokenPath(getenv) == "" {
+			where = "HF_TOKEN only: with HOME unset there is no token file to look for; set HF_TOKEN_PATH"
+		}
+		r.add("token", "not found (looked in "+where+")")
+	}
+	return true
+}
+
+// guard builds the provider through the one construction every command
+// uses, with check's own policies: its sample is asked again only while the
+// provider warms up (a loading model, a replica starting), up to --timeout;
+// any other answer is what check reports. capture keeps the last answer,
+// warm follows the waits.
+func (o *checkOptions) guard(kind provider.Kind, token string, capture *captureTransport, warm *warmUp) (*resilience.Guard, provider.Info, error) {
+	return openGuard(guardSpec{
+		kind: kind,
+		client: provider.Spec{
+			Model:          o.model,
+			Endpoint:       o.endpoint,
+			Token:          token,
+			Concurrency:    1,
+			Timeout:        o.timeout,
+			ConnectTimeout: o.connectTimeout,
+			UserAgent:      "hfsent/" + version + " (check)",
+			Client:         &http.Client{Transport: capture},
+			BillTo:         o.billTo,
+		},
+		policies: resilience.Config{
+			Concurrency:   1,
+			Retries:       checkRetries,
+			WarmUpOnly:    true,
+			Timeout:       o.timeout,
+			MaxRetryAfter: o.timeout,
+			OnRetry:       warm.retry,
+		},
+	})
+}
+
+// answer reports what the sample got (ans, or err), after the waits of
+// load, the last HTTP status and body; false when a batch would not work.
+func (r *checkResult) answer(o *checkOptions, ans provider.Answer, err error, load loadWait, status int, body []byte) bool {
+	pe, isPE := provider.AsError(err)
+	if isPE && pe.Loading {
+		r.add("loading", fmt.Sprintf("model still loading after %.1f s", load.waited.Seconds()))
 		msg := fmt.Sprintf("the model is still loading at the end of --timeout %s", o.timeout)
 		if pe.RetryAfter > 0 {
 			msg += fmt.Sprintf(" (the API expects it ready in about %.0f s)", pe.RetryAfter.Seconds())
 		}
-		res.add("outcome", string(pe.Outcome))
-		res.add("result", "FAIL: "+msg+": raise --timeout, or run check again shortly; a batch would wait for it")
-		return silentExit(ExitCheckFailed)
+		r.add("outcome", string(pe.Outcome))
+		r.add("result", "FAIL: "+msg+": raise --timeout, or run check again shortly; a batch would wait for it")
+		return false
 	}
-	if pe, ok := provider.AsError(err); ok && pe.Cold {
-		res.add("scale-up", fmt.Sprintf("still answering 503 after %.1f s", load.waited.Seconds()))
-		res.add("outcome", string(pe.Outcome))
-		res.add("result", fmt.Sprintf("FAIL: %s at the end of --timeout %s: if the endpoint is scaled to zero, a replica can take minutes to start: raise --timeout (e.g. --timeout 10m), or run check again shortly; a batch would wait for it, within --row-deadline", pe.Msg, o.timeout))
-		return silentExit(ExitCheckFailed)
+	if isPE && pe.Cold {
+		r.add("scale-up", fmt.Sprintf("still answering 503 after %.1f s", load.waited.Seconds()))
+		r.add("outcome", string(pe.Outcome))
+		r.add("result", fmt.Sprintf("FAIL: %s at the end of --timeout %s: if the endpoint is scaled to zero, a replica can take minutes to start: raise --timeout (e.g. --timeout 10m), or run check again shortly; a batch would wait for it, within --row-deadline", pe.Msg, o.timeout))
+		return false
 	}
 	switch {
 	case load.cold:
-		res.add("scale-up", fmt.Sprintf("the endpoint answered 503 (scaled to zero?), ready after %.1f s", load.waited.Seconds()))
+		r.add("scale-up", fmt.Sprintf("the endpoint answered 503 (scaled to zero?), ready after %.1f s", load.waited.Seconds()))
 	case load.seen:
-		res.add("loading", fmt.Sprintf("model loading, ready after %.1f s", load.waited.Seconds()))
+		r.add("loading", fmt.Sprintf("model loading, ready after %.1f s", load.waited.Seconds()))
 	}
 	if status == http.StatusOK {
-		shape := provider.AnswerShape(body)
-		switch shape {
-		case provider.ShapeNested:
-			shape += " ([[{label,score}]], as the Hugging Face API sends)"
-		case provider.ShapeFlat:
-			shape += " ([{label,score}] for one text; hfsent reads it too)"
-		default:
-			shape = "not a classification answer"
-		}
-		res.add("shape", shape)
+		r.add("shape", shapeLine(body))
 	}
-	if pe, ok := provider.AsError(err); ok {
+	if isPE {
 		// What the server said and the id it gave the call: what its
 		// support asks for.
 		if pe.Reason != "" {
-			res.add("reason", strconv.Quote(pe.Reason))
+			r.add("reason", strconv.Quote(pe.Reason))
 		}
 		if pe.RequestID != "" {
-			res.add("request", pe.RequestID)
+			r.add("request", pe.RequestID)
 		}
 	}
 	if err != nil {
 		oc, msg := describeFailure(err)
-		res.add("outcome", string(oc))
-		res.add("result", "FAIL: "+msg)
-		return silentExit(ExitCheckFailed)
+		r.add("outcome", string(oc))
+		r.add("result", "FAIL: "+msg)
+		return false
 	}
 	p := ans.Predictions[0]
-	res.add("label", fmt.Sprintf("%s (score %.4f)", p.Label, p.Score))
-	res.add("result", "ok: a batch would work")
-	return nil
+	r.add("label", fmt.Sprintf("%s (score %.4f)", p.Label, p.Score))
+	r.add("result", "ok: a batch would work")
+	return true
+}
+
+// shapeLine names the shape of a 200's body.
+func shapeLine(body []byte) string {
+	switch shape := provider.AnswerShape(body); shape {
+	case provider.ShapeNested:
+		return shape + " ([[{label,score}]], as the Hugging Face API sends)"
+	case provider.ShapeFlat:
+		return shape + " ([{label,score}] for one text; hfsent reads it too)"
+	}
+	return "not a classification answer"
 }
 
 // checkRetries bounds check's calls: its --timeout, not a count, bounds

@@ -479,8 +479,7 @@ func (m *meter) attempt(ctx context.Context, r *Row, c provider.Call) (provider.
 	if err == nil {
 		m.run.succeeded.Store(true)
 	}
-	pe, ok := provider.AsError(err)
-	if ok {
+	if pe, ok := provider.AsError(err); ok {
 		switch pe.Outcome {
 		case outcome.UpstreamRateLimited:
 			m.c.RateLimited.Add(1)
@@ -488,31 +487,37 @@ func (m *meter) attempt(ctx context.Context, r *Row, c provider.Call) (provider.
 			m.c.Timeouts.Add(1)
 		}
 	}
-	if !m.judge {
-		if ok {
-			r.last = err
-		}
-		return ans, err
+	if m.judge {
+		err = m.judged(ctx, r, c, err)
 	}
+	if _, ok := provider.AsError(err); ok {
+		r.last = err
+	}
+	return ans, err
+}
+
+// judged is err as evidence about the endpoint: the verdict's (a refusal
+// of every call, proved with a sample), and whether the provider can be
+// reached at all.
+func (m *meter) judged(ctx context.Context, r *Row, c provider.Call, err error) error {
 	err = m.run.verdict.observe(ctx, c.Texts, err, m.sampler(err, r, c))
-	if pe, ok = provider.AsError(err); !ok {
+	pe, ok := provider.AsError(err)
+	switch {
+	case !ok:
 		if err == nil {
 			m.answered.Store(true)
 		}
-		return ans, err
-	}
-	if pe.Status != 0 {
+	case pe.Status != 0:
 		m.answered.Store(true)
-	} else if pe.Connect && !m.answered.Load() && m.connectFailures.Add(1) >= UnreachableAfter {
+	case pe.Connect && !m.answered.Load() && m.connectFailures.Add(1) >= UnreachableAfter:
 		// No call has ever got an answer and every one so far failed to
 		// connect: nothing will, so say so rather than retry for the
 		// row deadline.
 		pe = pe.Clone()
 		pe.Unreachable = true
-		err = pe
+		return pe
 	}
-	r.last = err
-	return ans, err
+	return err
 }
 
 // sampler is how the verdict sends its harmless sample text on the row's
