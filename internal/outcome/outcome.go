@@ -40,19 +40,33 @@ func All() []Code {
 
 // Info returns the table's row for c; ok is false for an unknown code.
 func (c Code) Info() (in Info, ok bool) {
-	for _, in := range table {
-		if in.Code == c {
-			return in, true
+	if p := c.info(); p != nil {
+		return *p, true
+	}
+	return unknown(c), false
+}
+
+// info is c's row in the table, nil when unknown. It is asked of every row
+// written (its status) and kept (final?), so it walks the table by index,
+// commonest first, copying nothing.
+func (c Code) info() *Info {
+	for i := range table {
+		if table[i].Code == c {
+			return &table[i]
 		}
 	}
-	return Info{Code: c, Status: 500, Colour: unknownColour}, false
+	return nil
 }
+
+func unknown(c Code) Info { return Info{Code: c, Status: 500, Colour: unknownColour} }
 
 // Status is the HTTP status the row would get from `hfsent serve` (500 for
 // an unknown code).
 func (c Code) Status() int {
-	in, _ := c.Info()
-	return in.Status
+	if p := c.info(); p != nil {
+		return p.Status
+	}
+	return 500
 }
 
 // OK reports whether the row got a usable label.
@@ -61,40 +75,43 @@ func (c Code) OK() bool { return c == Success || c == Fallback }
 // Final reports whether a row with this outcome needs no redo on --resume:
 // running it again would give the same answer or cost quota for nothing.
 func (c Code) Final() bool {
-	in, _ := c.Info()
-	return in.Final
+	p := c.info()
+	return p != nil && p.Final
 }
 
 // StopsRun reports whether a row with this outcome means no other row can
 // succeed either (the token, the account, the model or the endpoint), so a
 // batch stops sending.
 func (c Code) StopsRun() bool {
-	in, _ := c.Info()
-	return in.StopsRun
+	p := c.info()
+	return p != nil && p.StopsRun
 }
 
 // Retry says whether a failed call with this outcome is sent again.
 func (c Code) Retry() Retry {
-	in, _ := c.Info()
-	return in.Retry
+	if p := c.info(); p != nil {
+		return p.Retry
+	}
+	return RetryNever
 }
 
 // Colour is the code's colour in `hfsent report` (a dark grey for a code
 // the table does not know).
 func (c Code) Colour() string {
-	in, _ := c.Info()
-	return in.Colour
+	if p := c.info(); p != nil {
+		return p.Colour
+	}
+	return unknownColour
 }
 
 // Advice is what to do about a row with this outcome, in a line ("" when
 // there is nothing to do).
 func (c Code) Advice() string {
-	in, _ := c.Info()
-	return in.Advice
+	if p := c.info(); p != nil {
+		return p.Advice
+	}
+	return ""
 }
 
 // Valid reports whether c is one of the known codes.
-func (c Code) Valid() bool {
-	_, ok := c.Info()
-	return ok
-}
+func (c Code) Valid() bool { return c.info() != nil }
