@@ -106,11 +106,9 @@ func contradict(flag, noFlag string, both bool) error {
 func (o *classifyOptions) validBounds() error {
 	for _, err := range []error{
 		inRange("--max-chars", o.maxChars, 1, maxCharsLimit, ""),
-		inRange("--batch-size", o.batchSize, 1, maxBatchSize, ""),
+		o.eng.validate(o.prov.concurrency),
 		inRange("--max-duration", o.maxDuration, 0, maxRunDuration, ""),
-		textsInFlight(o.prov.concurrency, o.batchSize),
-		contradict("--progress", "--no-progress", o.progress && o.noProgress),
-		contradict("--dedupe", "--no-dedupe", o.dedupeSet && o.dedupe && o.noDedupe),
+		o.prog.validate(),
 	} {
 		if err != nil {
 			return err

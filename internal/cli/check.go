@@ -16,6 +16,7 @@ import (
 
 	"github.com/hfsent/hfsent/internal/outcome"
 	"github.com/hfsent/hfsent/internal/provider"
+	"github.com/hfsent/hfsent/internal/resilience"
 )
 
 type checkOptions struct {
@@ -86,72 +87,25 @@ func (r *checkResult) print(w io.Writer) {
 }
 
 func runCheck(ctx context.Context, o *checkOptions, ios *IOStreams) error {
-	if strings.TrimSpace(o.model) == "" {
-		return usageErrorf("--model must not be empty")
-	}
-	if strings.TrimSpace(o.text) == "" {
-		return usageErrorf("--text must not be empty")
-	}
-	if err := inRange("--timeout", o.timeout, minTimeout, maxTimeout, ""); err != nil {
-		return err
-	}
-	if err := inRange("--connect-timeout", o.connectTimeout, minTimeout, maxConnectTimeout, ""); err != nil {
-		return err
-	}
-	switch o.provider {
-	case "hf":
-	case provider.APITEI:
-		if o.endpoint == "" {
-			return usageErrorf("--provider tei needs --endpoint: the URL of the server's /predict, e.g. http://127.0.0.1:8080/predict")
-		}
-	default:
-		return usageErrorf("--provider %q: want hf or tei (check asks an HTTP endpoint)", o.provider)
-	}
-	if err := checkBillTo(o.billTo); err != nil {
-		return err
-	}
-	if err := checkEndpoint(o.endpoint, o.model); err != nil {
+	kind, err := o.validate()
+	if err != nil {
 		return err
 	}
 	res := &checkResult{}
 	defer res.print(ios.Out)
 
 	tok, err := provider.ResolveToken(ios.getenv)
-	switch {
-	case err != nil:
-		res.add("token", "unusable: "+err.Error())
-		res.add("result", "FAIL: fix the token; nothing was sent")
+	if !res.token(tok, err, o.endpoint != "", ios.getenv) {
 		return silentExit(ExitCheckFailed)
-	case tok.Value != "":
-		res.add("token", "found ("+tok.Source+")")
-	case o.endpoint != "":
-		res.add("token", "not found (none sent; not required with --endpoint)")
-	default:
-		where := "HF_TOKEN and " + provider.TokenPath(ios.getenv)
-		if provider.TokenPath(ios.getenv) == "" {
-			where = "HF_TOKEN only: with HOME unset there is no token file to look for; set HF_TOKEN_PATH"
-		}
-		res.add("token", "not found (looked in "+where+")")
 	}
-
 	capture := &captureTransport{rt: provider.NewHTTPClient(1, o.connectTimeout).Transport}
-	hf, err := provider.NewHF(provider.HFConfig{
-		Model:          o.model,
-		Endpoint:       o.endpoint,
-		Token:          tok.Value,
-		Concurrency:    1,
-		Timeout:        o.timeout,
-		ConnectTimeout: o.connectTimeout,
-		UserAgent:      "hfsent/" + version + " (check)",
-		Client:         &http.Client{Transport: capture},
-		API:            (&providerOptions{provider: o.provider}).api(),
-		BillTo:         o.billTo,
-	})
+	warm := &warmUp{errOut: ios.ErrOut, timeout: o.timeout}
+	guard, info, err := o.guard(kind, tok.Value, capture, warm)
 	if err != nil {
-		return usageError(fmt.Errorf("--endpoint %w", err))
+		return err
 	}
-	res.add("endpoint", hf.URL()) // redacted
-	if hf.API() == provider.APITEI {
+	res.add("endpoint", info.URL) // redacted
+	if info.API == provider.APITEI {
 		res.add("api", "tei (text-embeddings-inference's /predict: batches sent as [[text], ...])")
 	}
 	res.add("model", o.model)
@@ -164,7 +118,10 @@ func runCheck(ctx context.Context, o *checkOptions, ios *IOStreams) error {
 	}
 
 	start := time.Now()
-	ans, load, err := sampleWaiting(ctx, hf, o, ios.ErrOut)
+	// --timeout bounds the whole check, waits and later attempts included.
+	sctx, cancel := context.WithTimeout(ctx, o.timeout)
+	ans, err := guard.Classify(sctx, &resilience.Row{WaitForModel: true}, []string{o.text})
+	cancel()
 	latency := time.Since(start).Round(time.Millisecond)
 	status, body := capture.last()
 	if status > 0 {
@@ -173,61 +130,154 @@ func runCheck(ctx context.Context, o *checkOptions, ios *IOStreams) error {
 		res.add("status", "no HTTP answer")
 	}
 	res.add("latency", latency.String())
-	if pe, ok := provider.AsError(err); ok && pe.Loading {
-		res.add("loading", fmt.Sprintf("model still loading after %.1f s", load.waited.Seconds()))
+	if !res.answer(o, ans, err, warm.done(), status, body) {
+		return silentExit(ExitCheckFailed)
+	}
+	return nil
+}
+
+// validate checks the flags before anything is sent, and returns the kind
+// of provider asked.
+func (o *checkOptions) validate() (provider.Kind, error) {
+	if strings.TrimSpace(o.model) == "" {
+		return provider.Kind{}, usageErrorf("--model must not be empty")
+	}
+	if strings.TrimSpace(o.text) == "" {
+		return provider.Kind{}, usageErrorf("--text must not be empty")
+	}
+	if err := inRange("--timeout", o.timeout, minTimeout, maxTimeout, ""); err != nil {
+		return provider.Kind{}, err
+	}
+	if err := inRange("--connect-timeout", o.connectTimeout, minTimeout, maxConnectTimeout, ""); err != nil {
+		return provider.Kind{}, err
+	}
+	kind, err := checkKind(o.provider, o.endpoint, true)
+	if err != nil {
+		return kind, err
+	}
+	if err := checkBillTo(o.billTo); err != nil {
+		return kind, err
+	}
+	return kind, checkEndpoint(o.endpoint, o.model)
+}
+
+// token says where the token was found (never its value); false when it
+// cannot be used, and nothing may be sent.
+func (r *checkResult) token(tok provider.Token, err error, endpoint bool, getenv func(string) string) bool {
+	switch {
+	case err != nil:
+		r.add("token", "unusable: "+err.Error())
+		r.add("result", "FAIL: fix the token; nothing was sent")
+		return false
+	case tok.Value != "":
+		r.add("token", "found ("+tok.Source+")")
+	case endpoint:
+		r.add("token", "not found (none sent; not required with --endpoint)")
+	default:
+		where := "HF_TOKEN and " + provider.TokenPath(getenv)
+		if provider.TokenPath(getenv) == "" {
+			where = "HF_TOKEN only: with HOME unset there is no token file to look for; set HF_TOKEN_PATH"
+		}
+		r.add("token", "not found (looked in "+where+")")
+	}
+	return true
+}
+
+// guard builds the provider through the one construction every command
+// uses, with check's own policies: its sample is asked again only while the
+// provider warms up (a loading model, a replica starting), up to --timeout;
+// any other answer is what check reports. capture keeps the last answer,
+// warm follows the waits.
+func (o *checkOptions) guard(kind provider.Kind, token string, capture *captureTransport, warm *warmUp) (*resilience.Guard, provider.Info, error) {
+	return openGuard(guardSpec{
+		kind: kind,
+		client: provider.Spec{
+			Model:          o.model,
+			Endpoint:       o.endpoint,
+			Token:          token,
+			Concurrency:    1,
+			Timeout:        o.timeout,
+			ConnectTimeout: o.connectTimeout,
+			UserAgent:      "hfsent/" + version + " (check)",
+			Client:         &http.Client{Transport: capture},
+			BillTo:         o.billTo,
+		},
+		policies: resilience.Config{
+			Concurrency:   1,
+			Retries:       checkRetries,
+			WarmUpOnly:    true,
+			Timeout:       o.timeout,
+			MaxRetryAfter: o.timeout,
+			OnRetry:       warm.retry,
+		},
+	})
+}
+
+// answer reports what the sample got (ans, or err), after the waits of
+// load, the last HTTP status and body; false when a batch would not work.
+func (r *checkResult) answer(o *checkOptions, ans provider.Answer, err error, load loadWait, status int, body []byte) bool {
+	pe, isPE := provider.AsError(err)
+	if isPE && pe.Loading {
+		r.add("loading", fmt.Sprintf("model still loading after %.1f s", load.waited.Seconds()))
 		msg := fmt.Sprintf("the model is still loading at the end of --timeout %s", o.timeout)
 		if pe.RetryAfter > 0 {
 			msg += fmt.Sprintf(" (the API expects it ready in about %.0f s)", pe.RetryAfter.Seconds())
 		}
-		res.add("outcome", string(pe.Outcome))
-		res.add("result", "FAIL: "+msg+": raise --timeout, or run check again shortly; a batch would wait for it")
-		return silentExit(ExitCheckFailed)
+		r.add("outcome", string(pe.Outcome))
+		r.add("result", "FAIL: "+msg+": raise --timeout, or run check again shortly; a batch would wait for it")
+		return false
 	}
-	if pe, ok := provider.AsError(err); ok && pe.Cold && load.cold {
-		res.add("scale-up", fmt.Sprintf("still answering 503 after %.1f s", load.waited.Seconds()))
-		res.add("outcome", string(pe.Outcome))
-		res.add("result", fmt.Sprintf("FAIL: %s at the end of --timeout %s: if the endpoint is scaled to zero, a replica can take minutes to start: raise --timeout (e.g. --timeout 10m), or run check again shortly; a batch would wait for it, within --row-deadline", pe.Msg, o.timeout))
-		return silentExit(ExitCheckFailed)
+	if isPE && pe.Cold {
+		r.add("scale-up", fmt.Sprintf("still answering 503 after %.1f s", load.waited.Seconds()))
+		r.add("outcome", string(pe.Outcome))
+		r.add("result", fmt.Sprintf("FAIL: %s at the end of --timeout %s: if the endpoint is scaled to zero, a replica can take minutes to start: raise --timeout (e.g. --timeout 10m), or run check again shortly; a batch would wait for it, within --row-deadline", pe.Msg, o.timeout))
+		return false
 	}
 	switch {
 	case load.cold:
-		res.add("scale-up", fmt.Sprintf("the endpoint answered 503 (scaled to zero?), ready after %.1f s", load.waited.Seconds()))
+		r.add("scale-up", fmt.Sprintf("the endpoint answered 503 (scaled to zero?), ready after %.1f s", load.waited.Seconds()))
 	case load.seen:
-		res.add("loading", fmt.Sprintf("model loading, ready after %.1f s", load.waited.Seconds()))
+		r.add("loading", fmt.Sprintf("model loading, ready after %.1f s", load.waited.Seconds()))
 	}
 	if status == http.StatusOK {
-		shape := provider.AnswerShape(body)
-		switch shape {
-		case provider.ShapeNested:
-			shape += " ([[{label,score}]], as the Hugging Face API sends)"
-		case provider.ShapeFlat:
-			shape += " ([{label,score}] for one text; hfsent reads it too)"
-		default:
-			shape = "not a classification answer"
-		}
-		res.add("shape", shape)
+		r.add("shape", shapeLine(body))
 	}
-	if pe, ok := provider.AsError(err); ok {
+	if isPE {
 		// What the server said and the id it gave the call: what its
 		// support asks for.
 		if pe.Reason != "" {
-			res.add("reason", strconv.Quote(pe.Reason))
+			r.add("reason", strconv.Quote(pe.Reason))
 		}
 		if pe.RequestID != "" {
-			res.add("request", pe.RequestID)
+			r.add("request", pe.RequestID)
 		}
 	}
 	if err != nil {
 		oc, msg := describeFailure(err)
-		res.add("outcome", string(oc))
-		res.add("result", "FAIL: "+msg)
-		return silentExit(ExitCheckFailed)
+		r.add("outcome", string(oc))
+		r.add("result", "FAIL: "+msg)
+		return false
 	}
 	p := ans.Predictions[0]
-	res.add("label", fmt.Sprintf("%s (score %.4f)", p.Label, p.Score))
-	res.add("result", "ok: a batch would work")
-	return nil
+	r.add("label", fmt.Sprintf("%s (score %.4f)", p.Label, p.Score))
+	r.add("result", "ok: a batch would work")
+	return true
 }
+
+// shapeLine names the shape of a 200's body.
+func shapeLine(body []byte) string {
+	switch shape := provider.AnswerShape(body); shape {
+	case provider.ShapeNested:
+		return shape + " ([[{label,score}]], as the Hugging Face API sends)"
+	case provider.ShapeFlat:
+		return shape + " ([{label,score}] for one text; hfsent reads it too)"
+	}
+	return "not a classification answer"
+}
+
+// checkRetries bounds check's calls: its --timeout, not a count, bounds
+// how long it waits for a loading model.
+const checkRetries = 1 << 20
 
 // loadWait is what check saw of a loading model or a cold endpoint.
 type loadWait struct {
@@ -236,69 +286,37 @@ type loadWait struct {
 	waited time.Duration // from that first answer to the last
 }
 
-// sampleWaiting sends the sample. A loading model (503 with estimated_time)
-// is a normal, waitable state, so as classify's retries do it waits as long
-// as the API says and asks again (with X-Wait-For-Model), until --timeout
-// from the start is spent; the last answer is returned. A 503 from an
-// endpoint other than the router (one that may be scaled to zero) is asked
-// again at once: the client then sends X-Scale-Up-Timeout, and the
-// endpoint's proxy holds the call until a replica is up, within --timeout.
-func sampleWaiting(ctx context.Context, hf *provider.HF, o *checkOptions, errOut io.Writer) (provider.Answer, loadWait, error) {
-	deadline := time.Now().Add(o.timeout)
-	// --timeout bounds the whole check, waits and later attempts included.
-	ctx, cancel := context.WithDeadline(provider.WithWaitForModel(ctx), deadline)
-	defer cancel()
-	var load loadWait
-	var first time.Time
-	call := ctx
-	for {
-		ans, err := hf.Classify(call, []string{o.text})
-		pe, ok := provider.AsError(err)
-		if !ok || !pe.Loading && !pe.Cold {
-			if load.seen || load.cold {
-				load.waited = time.Since(first)
-			}
-			return ans, load, err
-		}
-		if !load.seen && !load.cold {
-			first = time.Now()
-		}
-		wait := pe.RetryAfter
-		switch {
-		case pe.Loading:
-			load.seen = true
-			if wait <= 0 {
-				wait = time.Second
-			}
-		case load.cold:
-			// Held by the proxy until the deadline and still 503: it is
-			// not starting, or not within --timeout.
-			load.waited = time.Since(first)
-			return ans, load, err
-		default:
-			load.cold = true
-			call = provider.WithScaleUp(ctx)
-			wait = min(max(wait, 0), time.Second)
-		}
-		if left := time.Until(deadline); wait > left {
-			load.waited = time.Since(first)
-			return ans, load, err
-		}
-		if pe.Loading {
-			fmt.Fprintf(errOut, "hfsent: model loading, ready in about %.1f s; waiting (up to --timeout %s)\n", wait.Seconds(), o.timeout)
-		} else {
-			fmt.Fprintf(errOut, "hfsent: the endpoint answered 503 Service Unavailable: it may be scaled to zero and starting a replica; asking again with X-Scale-Up-Timeout, so that its proxy holds the call until one is up (up to --timeout %s)\n", o.timeout)
-		}
-		t := time.NewTimer(wait)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			load.waited = time.Since(first)
-			return ans, load, ctx.Err()
-		}
-		load.waited = time.Since(first)
+// warmUp follows the guard's waits for a provider warming up (a loading
+// model, waited as long as the API says, or a cold endpoint, asked again
+// at once with X-Scale-Up-Timeout so that its proxy holds the call until a
+// replica is up), and says each on stderr.
+type warmUp struct {
+	errOut  io.Writer
+	timeout time.Duration
+	first   time.Time // the first answer waited for
+	load    loadWait
+}
+
+// retry is the guard's OnRetry: the sample waits wait after pe.
+func (w *warmUp) retry(pe *provider.Error, wait time.Duration) {
+	if w.first.IsZero() {
+		w.first = time.Now()
 	}
+	if pe.Loading {
+		w.load.seen = true
+		fmt.Fprintf(w.errOut, "hfsent: model loading, ready in about %.1f s; waiting (up to --timeout %s)\n", wait.Seconds(), w.timeout)
+		return
+	}
+	w.load.cold = true
+	fmt.Fprintf(w.errOut, "hfsent: the endpoint answered 503 Service Unavailable: it may be scaled to zero and starting a replica; asking again with X-Scale-Up-Timeout, so that its proxy holds the call until one is up (up to --timeout %s)\n", w.timeout)
+}
+
+// done is what was seen, once the sample has its answer.
+func (w *warmUp) done() loadWait {
+	if !w.first.IsZero() {
+		w.load.waited = time.Since(w.first)
+	}
+	return w.load
 }
 
 // describeFailure turns a failed sample into its outcome code and advice.
@@ -314,25 +332,8 @@ func describeFailure(err error) (outcome.Code, string) {
 		return outcome.UpstreamFailed, "call failed"
 	}
 	msg := pe.Msg
-	switch pe.Outcome {
-	case outcome.UpstreamAuth:
-		msg += ": check the token (a fine-grained token needs the 'Make calls to Inference Providers' permission)"
-	case outcome.UpstreamQuota:
-		msg += ": the account cannot pay for calls (no credits left, or pay-as-you-go off for this provider); top up, or bill an organisation with --bill-to ORG"
-	case outcome.UpstreamNotFound:
-		msg += ": check --model and --endpoint"
-	case outcome.UpstreamEndpoint:
-		msg += ": the endpoint refuses the call; check --endpoint (a batch would stop at once)"
-	case outcome.UpstreamRateLimited:
-		msg += ": the quota is spent for now; a batch would be throttled (see --rps)"
-	case outcome.UpstreamRequestRejected:
-		msg += ": check --model (is it a text-classification model served by this endpoint?)"
-	case outcome.UpstreamTimeout:
-		msg += ": raise --timeout if the model is large or loading"
-	case outcome.UpstreamPayload:
-		msg += ": the endpoint answered, but not with a text classification"
-	case outcome.UpstreamFailed:
-		msg += ": the endpoint is down or unreachable"
+	if advice := pe.Outcome.Advice(); advice != "" {
+		msg += ": " + advice
 	}
 	return pe.Outcome, msg
 }

@@ -187,3 +187,29 @@ func TestCheckWaitsForLoadingModel(t *testing.T) {
 		})
 	}
 }
+
+// check's sample goes through the same guard as a batch's rows, but only a
+// provider warming up is asked again: a 500 or a 429 is its answer, reported
+// after one call, with the outcome table's advice.
+func TestCheckReportsOtherFailuresAtOnce(t *testing.T) {
+	for _, tc := range []struct {
+		status int
+		expect []string
+	}{
+		{500, []string{"status:   500 Internal Server Error", "outcome:  upstream_failed", "result:   FAIL: server error: the endpoint is down or unreachable"}},
+		{429, []string{"status:   429 Too Many Requests", "outcome:  upstream_rate_limited", "a batch would be throttled (see --rps)"}},
+	} {
+		f := &fakehf.Fake{Script: func(int64, []string, *http.Request) fakehf.Reply { return fakehf.Reply{Status: tc.status} }}
+		srv := fakehf.Start(f)
+		code, out, stderr := ciRun(t, nil, "check", "--endpoint", srv.URL, "--timeout", "5s")
+		srv.Close()
+		if code != ExitCheckFailed || f.Calls() != 1 {
+			t.Errorf("HTTP %d: exit %d after %d calls, want 1 after exactly one\n%s%s", tc.status, code, f.Calls(), out, stderr)
+		}
+		for _, want := range tc.expect {
+			if !strings.Contains(out, want) {
+				t.Errorf("HTTP %d: output lacks %q:\n%s", tc.status, want, out)
+			}
+		}
+	}
+}

@@ -26,11 +26,7 @@ type ciSummary struct {
 }
 
 func newCISummary(s engine.Summary, v verdict) ciSummary {
-	c := ciSummary{FailedRows: v.Failed, FailureRate: v.FailureRate, FailOn: v.FailOn, ExitReason: v.Reason}
-	if secs := s.Elapsed.Seconds(); secs > 0 {
-		c.CallsPerSec = float64(s.Calls) / secs
-	}
-	return c
+	return ciSummary{CallsPerSec: s.Provider.CallsPerSec, FailedRows: v.Failed, FailureRate: v.FailureRate, FailOn: v.FailOn, ExitReason: v.Reason}
 }
 
 // writeStepSummary appends a Markdown table of outcomes to the file named by
@@ -70,7 +66,7 @@ func stepSummary(title string, s engine.Summary, v verdict) string {
 	}
 	fmt.Fprintf(&b, "| **total** | **%d** | |\n\n", s.Rows)
 	ci := newCISummary(s, v)
-	fmt.Fprintf(&b, "calls %d, retries %d, elapsed %s, %.1f calls/s. ", s.Calls, s.Retries, s.Elapsed.Round(time.Millisecond), ci.CallsPerSec)
+	fmt.Fprintf(&b, "calls %d, retries %d, elapsed %s, %.1f calls/s. ", s.Provider.Calls, s.Provider.Retries, s.Elapsed.Round(time.Millisecond), ci.CallsPerSec)
 	fmt.Fprintf(&b, "Exit %d (`%s`; failure rate %.1f%%, `--fail-on %s`).", v.Code, v.Reason, v.FailureRate*100, v.FailOn)
 	if s.Stop != engine.StopNone {
 		fmt.Fprintf(&b, " Stopped early: %s.", s.Stop)

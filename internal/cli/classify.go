@@ -16,7 +16,6 @@ import (
 
 	"github.com/hfsent/hfsent/internal/engine"
 	"github.com/hfsent/hfsent/internal/input"
-	"github.com/hfsent/hfsent/internal/resilience"
 )
 
 type classifyOptions struct {
@@ -24,10 +23,8 @@ type classifyOptions struct {
 	output      string
 	in          inputOptions
 	prov        providerOptions
+	eng         engineOptions
 	maxChars    int
-	batchSize   int
-	dedupe      bool
-	noDedupe    bool
 	resume      bool
 	maxDuration time.Duration
 	includeText bool
@@ -35,11 +32,7 @@ type classifyOptions struct {
 	summaryJSON string
 	report      string
 	failOn      failPolicy
-	progress    bool
-	noProgress  bool
-	// progressSet is true when --progress or --no-progress was given.
-	progressSet bool
-	dedupeSet   bool // --dedupe was given
+	prog        progressOptions
 }
 
 func newClassifyCmd(ios *IOStreams, g *globalOptions) *cobra.Command {
@@ -81,8 +74,6 @@ The token comes from HF_TOKEN, else the Hugging Face token file
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.input = args[0]
-			o.progressSet = cmd.Flags().Changed("progress") || cmd.Flags().Changed("no-progress")
-			o.dedupeSet = cmd.Flags().Changed("dedupe")
 			log, err := g.logger(ios)
 			if err != nil {
 				return err
@@ -93,11 +84,9 @@ The token comes from HF_TOKEN, else the Hugging Face token file
 	fs := cmd.Flags()
 	fs.StringVarP(&o.output, "output", "o", "", "results CSV (default: stdout)")
 	addInputFlags(fs, &o.in)
-	addProviderFlags(fs, &o.prov)
+	addProviderFlags(fs, &o.prov, batchProvider)
+	addEngineFlags(fs, &o.eng, batchEngine)
 	fs.IntVar(&o.maxChars, "max-chars", 5000, "longer texts are invalid_input ("+rangeHelp(1, maxCharsLimit)+")")
-	fs.IntVar(&o.batchSize, "batch-size", 1, "texts per provider call ("+rangeHelp(1, maxBatchSize)+")")
-	fs.BoolVar(&o.dedupe, "dedupe", true, "send identical texts once and reuse the answer")
-	fs.BoolVar(&o.noDedupe, "no-dedupe", false, "send every row, even identical texts")
 	fs.BoolVar(&o.resume, "resume", false, "keep rows already in --output whose outcome is final, process only the rest")
 	fs.DurationVar(&o.maxDuration, "max-duration", 0, "a deadline for the run: after this long no row is admitted and no call not yet sent is sent; calls in flight get 10s; the rest are not_attempted (0: no limit, up to "+show(maxRunDuration)+")")
 	fs.BoolVar(&o.includeText, "include-text", false, "copy the input text into the results")
@@ -105,8 +94,7 @@ The token comes from HF_TOKEN, else the Hugging Face token file
 	fs.StringVar(&o.summaryJSON, "summary-json", "", "write counts by outcome, calls, retries, elapsed time, achieved rate and exit reason to this JSON file")
 	fs.StringVar(&o.report, "report", "", "at the end, draw the run to this .svg or .html file (see hfsent report)")
 	fs.Var(&o.failOn, "fail-on", "which failed rows make the exit code 1: any, a failure rate such as 5% (exit 1 above it), or none")
-	fs.BoolVar(&o.progress, "progress", false, "show a progress bar on stderr (default: when stderr is a terminal)")
-	fs.BoolVar(&o.noProgress, "no-progress", false, "never show a progress bar")
+	addProgressFlags(fs, &o.prog, "bar")
 	return cmd
 }
 
@@ -156,8 +144,7 @@ func runClassify(ctx context.Context, o *classifyOptions, ios *IOStreams, log *s
 		return usageError(err)
 	}
 	logInput(log, info.name, src)
-	counters := &resilience.Counters{}
-	cls, err := o.prov.build(ios, log, counters)
+	guard, err := o.prov.open(ios, log, nil)
 	if err != nil {
 		return err
 	}
@@ -170,34 +157,28 @@ func runClassify(ctx context.Context, o *classifyOptions, ios *IOStreams, log *s
 	defer stopSignals()
 
 	runSink, writePicture := o.classifyReport(out.sink, log)
-	bar := newProgress(ios, o, info.total)
+	bar := newProgress(ios, o.prog.show(ios), info.total)
 	if o.prov.adaptive {
-		bar.showLimit(counters.Limit)
+		bar.showLimit(guard.Counters().Limit)
 	}
-	sum, runErr := engine.Run(ctx, out.src, runSink, cls, engine.Config{
-		Concurrency:   o.prov.concurrency,
-		AdmissionWait: o.prov.admissionWait,
-		RowDeadline:   o.prov.rowDeadline,
-		MaxDuration:   o.maxDuration,
-		Rules:         engine.Rules{MaxChars: o.maxChars},
-		IncludeText:   o.includeText,
-		BatchSize:     o.batchSize,
-		Dedupe:        o.dedupe && !o.noDedupe,
-		ExpectedRows:  info.total,
-		Progress:      bar.update,
-		Logger:        log,
-	})
+	cfg := o.eng.config(&o.prov, "classify")
+	cfg.MaxDuration = o.maxDuration
+	cfg.Rules = engine.Rules{MaxChars: o.maxChars}
+	cfg.IncludeText = o.includeText
+	cfg.ExpectedRows = info.total
+	cfg.Progress = bar.update
+	cfg.Logger = log
+	sum, runErr := engine.Run(ctx, out.src, runSink, guard, cfg)
 	bar.finish()
 	if err := out.close(runErr); err != nil && runErr == nil {
 		runErr = err
 	}
 
-	stats := counters.Snapshot(sum.Elapsed)
-	fmt.Fprintln(ios.ErrOut, summaryLine(sum, stats))
+	fmt.Fprintln(ios.ErrOut, summaryLine(sum))
 	v := exitFor(sum, runErr, o.failOn)
 	code := v.Code
 	if o.summaryJSON != "" {
-		if err := writeSummaryJSON(o.summaryJSON, sum, stats, v); err != nil {
+		if err := writeSummaryJSON(o.summaryJSON, sum, v); err != nil {
 			log.Error("cannot write --summary-json", "path", o.summaryJSON, "err", err)
 		}
 	}

@@ -27,21 +27,12 @@ func (p *progress) showLimit(limit func() int) {
 
 // newProgress draws a bar when the total is known (a regular file, counted
 // before the run), else (stdin, a pipe) a spinner with the rows done and the
-// rate.
-func newProgress(ios *IOStreams, o *classifyOptions, total int64) *progress {
-	if !showProgress(ios, o.progressSet, o.progress && !o.noProgress) {
+// rate; nothing unless show.
+func newProgress(ios *IOStreams, show bool, total int64) *progress {
+	if !show {
 		return nil
 	}
 	return &progress{bar: newBar(ios, "classify", total)}
-}
-
-// showProgress decides whether to draw: as asked with --progress or
-// --no-progress (set), else only on a terminal.
-func showProgress(ios *IOStreams, set, want bool) bool {
-	if set {
-		return want
-	}
-	return ios.ErrTTY
 }
 
 // newBar is the rows bar every command draws on stderr: a bar with an ETA

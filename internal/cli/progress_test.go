@@ -40,7 +40,7 @@ func TestProgressNeverShowsMoreDoneThanCounted(t *testing.T) {
 	for _, total := range []int64{340, -1} {
 		var buf lockedBuffer
 		ios := &IOStreams{ErrOut: &buf}
-		p := newProgress(ios, &classifyOptions{progressSet: true, progress: true}, total)
+		p := newProgress(ios, true, total)
 		for _, s := range []engine.Progress{
 			{Written: 40, OK: 38, Failed: 2, Active: 8},
 			{Written: 48, OK: 46, Failed: 2, Active: 8},

@@ -156,8 +156,7 @@ type pushOptions struct {
 	lease        time.Duration
 	maxAttempts  int
 	maxChars     int
-	progress     bool
-	noProgress   bool
+	prog         progressOptions
 	flags        *pflag.FlagSet
 }
 
@@ -216,8 +215,7 @@ before its last failure is final.`,
 	fs.DurationVar(&o.lease, "lease", 30*time.Second, "how long a claimed row stays with its worker without a heartbeat ("+rangeHelp(minLease, maxLease)+"); a worker's --lease overrides it")
 	fs.IntVar(&o.maxAttempts, "max-attempts", 3, "claims of a row before its last failure is final ("+rangeHelp(1, maxAttemptsCap)+")")
 	fs.IntVar(&o.maxChars, "max-chars", 5000, "longer texts are invalid_input ("+rangeHelp(1, maxCharsLimit)+")")
-	fs.BoolVar(&o.progress, "progress", false, "show a progress bar on stderr (default: when stderr is a terminal)")
-	fs.BoolVar(&o.noProgress, "no-progress", false, "never show a progress bar")
+	addProgressFlags(fs, &o.prog, "bar")
 	return cmd
 }
 
@@ -242,7 +240,7 @@ func (o *pushOptions) validate() error {
 			return usageError(err)
 		}
 	}
-	if err := contradict("--progress", "--no-progress", o.progress && o.noProgress); err != nil {
+	if err := o.prog.validate(); err != nil {
 		return err
 	}
 	return o.in.validate()
@@ -295,7 +293,7 @@ func runPush(ctx context.Context, o *pushOptions, ios *IOStreams, log *slog.Logg
 
 	ctx, stop := signal.NotifyContext(ctx, stopSignals...)
 	defer stop()
-	bar := newCountBar(ios, o.progressSet(), o.progress && !o.noProgress, info.total, "push")
+	bar := newCountBar(ios, o.prog.show(ios), info.total, "push")
 	req := queue.PushRequest{
 		Spec: queue.Spec{Name: o.db.batch, Model: o.model, GlobalCap: o.globalCap, ClientColumn: o.clientColumn,
 			ClientCap: o.clientCap, GlobalRPS: o.globalRPS, Lease: o.lease, MaxAttempts: o.maxAttempts, MaxChars: o.maxChars},
@@ -331,16 +329,12 @@ func runPush(ctx context.Context, o *pushOptions, ios *IOStreams, log *slog.Logg
 	return nil
 }
 
-func (o *pushOptions) progressSet() bool {
-	return o.flags.Changed("progress") || o.flags.Changed("no-progress")
-}
-
 // countBar is a progress bar (or a spinner, total unknown) of rows; nil
 // draws nothing.
 type countBar struct{ bar *progressbar.ProgressBar }
 
-func newCountBar(ios *IOStreams, set, want bool, total int64, desc string) *countBar {
-	if !showProgress(ios, set, want) {
+func newCountBar(ios *IOStreams, show bool, total int64, desc string) *countBar {
+	if !show {
 		return nil
 	}
 	if total <= 0 {

@@ -26,6 +26,7 @@ import (
 type serveOptions struct {
 	addr           string
 	prov           providerOptions
+	eng            engineOptions
 	requestTimeout time.Duration
 	grace          time.Duration
 	maxChars       int
@@ -33,18 +34,31 @@ type serveOptions struct {
 	idPattern      string
 	maxBody        byteSize
 	bodyBudget     byteSize
-	bodyBudgetSet  bool // --body-budget was given
 	maxItems       int
 	maxConns       int
-	batchSize      int
 	batchWait      time.Duration
-	dedupe         bool
-	noDedupe       bool
-	dedupeSet      bool // --dedupe was given
 	shed           bool
 	noShed         bool
-	shedSet        bool // --shed was given
-	rowDeadlineSet bool // --row-deadline was given: classify's, refused here
+	flags          *pflag.FlagSet // which flags were given
+}
+
+// serveProvider is serve's use of the provider flags: a request waits
+// briefly for a slot and is retried once, within its --request-timeout
+// (which is its deadline: --row-deadline is classify's).
+var serveProvider = providerUse{
+	admissionWait:     serve.DefaultAdmissionWait,
+	admissionWaitHelp: "how long a request may wait for a free provider slot; past it the answer is 503 local_capacity, at once, and nothing is sent (0: wait up to --request-timeout; at most --request-timeout)",
+	retries:           serve.DefaultRetries,
+	retriesHelp:       "retries after a failure that may recover (connection errors, timeouts, 429, 500/502/503/504), within --request-timeout (" + rangeHelp(0, maxRetries) + "; few in a server: callers wait, and retries multiply the load on a failing provider)",
+	fallbackHelp:      "model id, or local, that answers requests while the breaker is open (default: none, requests are answered 503 circuit_open at once)",
+	noRowDeadline:     true,
+}
+
+// serveEngine is serve's wording of the engine's flags.
+var serveEngine = engineUse{
+	batchSizeHelp: "most texts in one provider call: requests that arrive while the slots are busy ride together (1: off; " + rangeHelp(1, maxBatchSize) + ")",
+	dedupeHelp:    "identical texts in flight share one call, and recent answers are reused",
+	noDedupeHelp:  "send every text, even identical ones",
 }
 
 // Bounds of serve's own flags.
@@ -101,10 +115,6 @@ request: never the text, never the token.`,
   hfsent serve --endpoint http://127.0.0.1:8080/ -c 4 --batch-size 16`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			o.dedupeSet = cmd.Flags().Changed("dedupe")
-			o.shedSet = cmd.Flags().Changed("shed")
-			o.rowDeadlineSet = cmd.Flags().Changed("row-deadline")
-			o.bodyBudgetSet = cmd.Flags().Changed("body-budget")
 			log, err := g.logger(ios)
 			if err != nil {
 				return err
@@ -113,15 +123,10 @@ request: never the text, never the token.`,
 		},
 	}
 	fs := cmd.Flags()
+	o.flags = fs
 	fs.StringVar(&o.addr, "addr", "127.0.0.1:8000", "HOST:PORT to listen on (0.0.0.0:8000: every interface; port 0: any free port, logged)")
-	addProviderFlags(fs, &o.prov)
-	setServeDefault(fs, "admission-wait", shortDuration(serve.DefaultAdmissionWait),
-		"how long a request may wait for a free provider slot; past it the answer is 503 local_capacity, at once, and nothing is sent (0: wait up to --request-timeout; at most --request-timeout)")
-	setServeDefault(fs, "retries", strconv.Itoa(serve.DefaultRetries),
-		"retries after a failure that may recover (connection errors, timeouts, 429, 500/502/503/504), within --request-timeout ("+rangeHelp(0, maxRetries)+"; few in a server: callers wait, and retries multiply the load on a failing provider)")
-	fs.Lookup("fallback-model").Usage = "model id, or local, that answers requests while the breaker is open (default: none, requests are answered 503 circuit_open at once)"
-	// A request's deadline is --request-timeout: --row-deadline is classify's.
-	_ = fs.MarkHidden("row-deadline")
+	addProviderFlags(fs, &o.prov, serveProvider)
+	addEngineFlags(fs, &o.eng, serveEngine)
 	fs.DurationVar(&o.requestTimeout, "request-timeout", serve.DefaultRequestTimeout, "bounds one request from its arrival to its answer: admission, every attempt, backoff and cooldown ("+rangeHelp(minTimeout, maxTimeout)+")")
 	fs.DurationVar(&o.grace, "grace", serve.DefaultGrace, "on SIGTERM or SIGINT, how long requests in flight may finish before they are cancelled ("+rangeHelp(minTimeout, maxGrace)+")")
 	fs.IntVar(&o.maxChars, "max-chars", 5000, "longer texts are 422 invalid_input ("+rangeHelp(1, maxCharsLimit)+")")
@@ -131,27 +136,14 @@ request: never the text, never the token.`,
 	fs.Var(&o.bodyBudget, "body-budget", "bytes that request bodies being read, decoded and answered may hold at once, over all requests: a body takes 3 times its size (its Content-Length, else --max-body) plus 64KiB before it is read, and keeps its size plus 64KiB until answered; a request that does not fit is answered 503 at once, its body unread (at least 3 x --max-body + 64KiB, raised to that when not given; "+serve.ShowBytes(minBodyBudget)+"-"+serve.ShowBytes(maxBodyBudget)+")")
 	fs.IntVar(&o.maxItems, "max-items", serve.DefaultMaxItems, "most items in one POST /v1/classify ("+rangeHelp(1, maxItemsLimit)+")")
 	fs.IntVar(&o.maxConns, "max-conns", serve.DefaultMaxConns, "connections open at once; past it a new one is answered 503 at once and closed (each may hold about 128KiB: headers read slowly) ("+rangeHelp(1, maxConnsLimit)+")")
-	fs.IntVar(&o.batchSize, "batch-size", 1, "most texts in one provider call: requests that arrive while the slots are busy ride together (1: off; "+rangeHelp(1, maxBatchSize)+")")
 	fs.DurationVar(&o.batchWait, "batch-wait", serve.DefaultBatchWait, "with --batch-size, how long a call that is not full waits for more texts, never past a request's --admission-wait ("+rangeHelp(minTimeout, maxBatchWait)+")")
-	fs.BoolVar(&o.dedupe, "dedupe", true, "identical texts in flight share one call, and recent answers are reused")
-	fs.BoolVar(&o.noDedupe, "no-dedupe", false, "send every text, even identical ones")
 	fs.BoolVar(&o.shed, "shed", true, "for "+shortDuration(engine.ShedAfter)+" (or four calls' latency) after a request got no slot within --admission-wait, requests wait at most "+shortDuration(engine.ShedWait)+" for one: under a sustained overload the requests admitted are not all late by the whole wait; a burst still gets it")
 	fs.BoolVar(&o.noShed, "no-shed", false, "always let a request wait the whole --admission-wait, even in a standing queue (e.g. with a long --admission-wait meant to queue)")
 	return cmd
 }
 
-// setServeDefault gives a shared provider flag serve's own default and help.
-func setServeDefault(fs *pflag.FlagSet, name, value, usage string) {
-	f := fs.Lookup(name)
-	if err := f.Value.Set(value); err != nil {
-		panic(fmt.Sprintf("serve's default for --%s: %v", name, err))
-	}
-	f.DefValue = value
-	f.Usage = usage
-}
-
 func (o *serveOptions) validate() error {
-	if o.rowDeadlineSet {
+	if o.flags.Changed("row-deadline") {
 		return usageErrorf("--row-deadline is classify's; serve bounds each request with --request-timeout")
 	}
 	if err := o.prov.validate(); err != nil {
@@ -164,7 +156,6 @@ func (o *serveOptions) validate() error {
 		inRange("--max-id-chars", o.maxIDChars, 1, maxIDCharsLimit, ""),
 		inRange("--max-items", o.maxItems, 1, maxItemsLimit, ""),
 		inRange("--max-conns", o.maxConns, 1, maxConnsLimit, ""),
-		inRange("--batch-size", o.batchSize, 1, maxBatchSize, ""),
 		inRange("--batch-wait", o.batchWait, minTimeout, maxBatchWait, ""),
 	} {
 		if err != nil {
@@ -172,7 +163,7 @@ func (o *serveOptions) validate() error {
 		}
 	}
 	if need := serve.MinBodyBudget(o.maxBody.n); o.bodyBudget.n < need {
-		if o.bodyBudgetSet {
+		if o.flags.Changed("body-budget") {
 			return usageErrorf("--body-budget %s cannot hold one body of --max-body %s, which is read and decoded in up to 3 times its size plus 64KiB: give at least %s",
 				o.bodyBudget.String(), o.maxBody.String(), serve.ShowBytes(need))
 		}
@@ -183,9 +174,9 @@ func (o *serveOptions) validate() error {
 			shortDuration(o.prov.admissionWait), shortDuration(o.requestTimeout))
 	}
 	for _, err := range []error{
-		textsInFlight(o.prov.concurrency, o.batchSize),
-		contradict("--dedupe", "--no-dedupe", o.dedupeSet && o.dedupe && o.noDedupe),
-		contradict("--shed", "--no-shed", o.shedSet && o.shed && o.noShed),
+		o.eng.validate(o.prov.concurrency),
+		// --shed is on by default: it contradicts --no-shed only when given.
+		contradict("--shed", "--no-shed", o.flags.Changed("shed") && o.shed && o.noShed),
 	} {
 		if err != nil {
 			return err
@@ -227,7 +218,7 @@ func runServe(ctx context.Context, o *serveOptions, ios *IOStreams, log *slog.Lo
 	idRE, _ := o.idRegexp()
 	counters := &resilience.Counters{}
 	metrics := serve.NewMetrics(counters)
-	cls, err := o.prov.build(ios, log, counters)
+	guard, err := o.prov.open(ios, log, counters)
 	if err != nil {
 		return err
 	}
@@ -235,17 +226,13 @@ func runServe(ctx context.Context, o *serveOptions, ios *IOStreams, log *slog.Lo
 	if err != nil {
 		return usageErrorf("cannot listen on --addr %s: %v", o.addr, unwrapListenError(err))
 	}
-	srv := serve.New(cls, metrics, serve.Config{
-		Pipeline: engine.Config{
-			Concurrency:   o.prov.concurrency,
-			AdmissionWait: o.prov.admissionWait,
-			Rules:         engine.Rules{MaxChars: o.maxChars, MaxIDChars: o.maxIDChars, IDPattern: idRE},
-			BatchSize:     o.batchSize,
-			BatchWait:     o.batchWait,
-			Dedupe:        o.dedupe && !o.noDedupe,
-			// A standing queue only makes every answer late.
-			ShedStandingQueue: o.shed && !o.noShed,
-		},
+	pc := o.eng.config(&o.prov, "serve")
+	pc.Rules = engine.Rules{MaxChars: o.maxChars, MaxIDChars: o.maxIDChars, IDPattern: idRE}
+	pc.BatchWait = o.batchWait
+	// A standing queue only makes every answer late.
+	pc.ShedStandingQueue = o.shed && !o.noShed
+	srv := serve.New(guard, metrics, serve.Config{
+		Pipeline:       pc,
 		RequestTimeout: o.requestTimeout,
 		Grace:          o.grace,
 		MaxBody:        o.maxBody.n,
@@ -265,9 +252,9 @@ func runServe(ctx context.Context, o *serveOptions, ios *IOStreams, log *slog.Lo
 	ctx, stopSignals := serveSignals(ctx, ios, log, o.grace)
 	defer stopSignals()
 	// Logged once the signals are caught: from here a SIGTERM drains.
-	log.Info("listening", "addr", ln.Addr().String(), "provider", o.prov.provider, "model", cls.Model(),
+	log.Info("listening", "addr", ln.Addr().String(), "provider", o.prov.provider, "model", guard.Model(),
 		"concurrency", o.prov.concurrency, "admission_wait", o.prov.admissionWait, "retries", o.prov.retries,
-		"request_timeout", o.requestTimeout, "batch_size", o.batchSize, "body_budget", o.bodyBudget.String(),
+		"request_timeout", o.requestTimeout, "batch_size", o.eng.batchSize, "body_budget", o.bodyBudget.String(),
 		"max_conns", o.maxConns, "memory_limit", serve.ShowBytes(memLimit))
 	if err := srv.Run(ctx, ln); err != nil {
 		return &exitError{code: ExitServeFailed, err: err}

@@ -9,11 +9,10 @@ import (
 
 	"github.com/hfsent/hfsent/internal/engine"
 	"github.com/hfsent/hfsent/internal/outcome"
-	"github.com/hfsent/hfsent/internal/resilience"
 )
 
 // summaryLine is the one-line account printed on stderr at the end.
-func summaryLine(s engine.Summary, r resilience.Stats) string {
+func summaryLine(s engine.Summary) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "rows=%d", s.Rows)
 	if s.Lost > 0 {
@@ -32,15 +31,15 @@ func summaryLine(s engine.Summary, r resilience.Stats) string {
 	if s.Reused > 0 {
 		fmt.Fprintf(&b, " reused=%d", s.Reused)
 	}
-	fmt.Fprintf(&b, " calls=%d", s.Calls)
-	if s.FallbackCalls > 0 {
-		fmt.Fprintf(&b, " fallback_calls=%d", s.FallbackCalls)
+	fmt.Fprintf(&b, " calls=%d", s.Provider.Calls)
+	if s.Provider.FallbackCalls > 0 {
+		fmt.Fprintf(&b, " fallback_calls=%d", s.Provider.FallbackCalls)
 	}
-	fmt.Fprintf(&b, " retries=%d max_active=%d elapsed=%s", s.Retries, s.MaxActive, s.Elapsed.Round(time.Millisecond))
+	fmt.Fprintf(&b, " retries=%d max_active=%d elapsed=%s", s.Provider.Retries, s.MaxActive, s.Elapsed.Round(time.Millisecond))
 	if secs := s.Elapsed.Seconds(); secs > 0 {
 		fmt.Fprintf(&b, " rows/s=%.1f", float64(s.Rows)/secs)
 	}
-	b.WriteString(resilienceLine(r))
+	b.WriteString(resilienceLine(s.Provider))
 	if s.Stop != engine.StopNone {
 		fmt.Fprintf(&b, " stopped=%q", string(s.Stop))
 	}
@@ -68,19 +67,19 @@ type summaryJSON struct {
 	ciSummary
 }
 
-func writeSummaryJSON(path string, s engine.Summary, r resilience.Stats, v verdict) error {
+func writeSummaryJSON(path string, s engine.Summary, v verdict) error {
 	code := v.Code
 	out := summaryJSON{
-		Resilience:    newResilienceJSON(r),
+		Resilience:    newResilienceJSON(s.Provider),
 		Rows:          s.Rows,
 		Written:       s.Written,
 		Lost:          s.Lost,
 		Outcomes:      map[string]int64{},
-		Calls:         s.Calls,
-		FallbackCalls: s.FallbackCalls,
+		Calls:         s.Provider.Calls,
+		FallbackCalls: s.Provider.FallbackCalls,
 		Kept:          s.Kept,
 		Reused:        s.Reused,
-		Retries:       s.Retries,
+		Retries:       s.Provider.Retries,
 		MaxActive:     s.MaxActive,
 		ElapsedSec:    s.Elapsed.Seconds(),
 		Stop:          string(s.Stop),

@@ -10,9 +10,10 @@ import (
 
 // resilienceLine is the part of the summary line about the provider
 // policies: what the provider answered and what the policies did about it.
-// It is empty when no call went through them (the local provider).
+// It is empty when no call went through them (none was sent, or the
+// provider is the embedded model, guarded Plain).
 func resilienceLine(r resilience.Stats) string {
-	if r.Calls == 0 && r.FallbackRows == 0 && r.Limit == 0 {
+	if !r.Policies || r.Calls == 0 && r.FallbackRows == 0 && r.Limit == 0 {
 		return ""
 	}
 	var b strings.Builder
@@ -47,7 +48,13 @@ type resilienceJSON struct {
 	CallsPerSec     float64 `json:"calls_per_s"`
 }
 
+// newResilienceJSON is the policies' part of --summary-json: zeros for the
+// embedded model, whose calls go through none (its calls are the summary's
+// own "calls").
 func newResilienceJSON(r resilience.Stats) resilienceJSON {
+	if !r.Policies {
+		return resilienceJSON{}
+	}
 	return resilienceJSON{
 		ProviderCalls:   r.Calls,
 		Retries:         r.Retries,

@@ -15,20 +15,16 @@ import (
 	"github.com/hfsent/hfsent/internal/engine"
 	"github.com/hfsent/hfsent/internal/provider"
 	"github.com/hfsent/hfsent/internal/queue"
-	"github.com/hfsent/hfsent/internal/resilience"
 )
 
 type workerOptions struct {
 	db           dbOptions
 	prov         providerOptions
+	eng          engineOptions
 	lease        time.Duration
 	exitWhenDone bool
 	poll         time.Duration
-	batchSize    int
-	dedupe       bool
-	noDedupe     bool
-	progress     bool
-	noProgress   bool
+	prog         progressOptions
 	flags        *pflag.FlagSet
 }
 
@@ -81,15 +77,12 @@ model), before any call; 130 interrupted.`,
 	fs := cmd.Flags()
 	o.flags = fs
 	addDBFlags(fs, &o.db, true)
-	addProviderFlags(fs, &o.prov)
+	addProviderFlags(fs, &o.prov, batchProvider)
+	addEngineFlags(fs, &o.eng, batchEngine)
 	fs.DurationVar(&o.lease, "lease", 0, "lease of a claimed row, renewed every third of it (default: the batch's, set by queue push --lease; else "+rangeHelp(minLease, maxLease)+")")
 	fs.BoolVar(&o.exitWhenDone, "exit-when-done", false, "exit once the batch has nothing pending or running (default: wait for new rows)")
 	fs.DurationVar(&o.poll, "poll", 250*time.Millisecond, "wait after a claim that found nothing, unless a notification comes first ("+rangeHelp(10*time.Millisecond, maxPollInterval)+")")
-	fs.IntVar(&o.batchSize, "batch-size", 1, "texts per provider call ("+rangeHelp(1, maxBatchSize)+")")
-	fs.BoolVar(&o.dedupe, "dedupe", true, "send identical texts once and reuse the answer")
-	fs.BoolVar(&o.noDedupe, "no-dedupe", false, "send every row, even identical texts")
-	fs.BoolVar(&o.progress, "progress", false, "show a progress line on stderr (default: when stderr is a terminal)")
-	fs.BoolVar(&o.noProgress, "no-progress", false, "never show a progress line")
+	addProgressFlags(fs, &o.prog, "line")
 	return cmd
 }
 
@@ -100,10 +93,8 @@ func (o *workerOptions) validate() error {
 	for _, err := range []error{
 		inRange("--lease", o.lease, minLease, maxLease, "the batch's"),
 		inRange("--poll", o.poll, 10*time.Millisecond, maxPollInterval, ""),
-		inRange("--batch-size", o.batchSize, 1, maxBatchSize, ""),
-		textsInFlight(o.prov.concurrency, o.batchSize),
-		contradict("--dedupe", "--no-dedupe", o.dedupe && o.noDedupe && o.flags.Changed("dedupe")),
-		contradict("--progress", "--no-progress", o.progress && o.noProgress),
+		o.eng.validate(o.prov.concurrency),
+		o.prog.validate(),
 	} {
 		if err != nil {
 			return err
@@ -131,8 +122,8 @@ func runWorker(ctx context.Context, o *workerOptions, ios *IOStreams, log *slog.
 	// The batch names its model: a worker with another one would write
 	// answers of a different model into the same results.
 	model := o.prov.model
-	if o.prov.provider == "local" {
-		model = provider.LocalModel
+	if k, _ := provider.KindOf(o.prov.provider); k.Model != "" {
+		model = k.Model
 	} else if !o.flags.Changed("model") {
 		model, o.prov.model = b.Model, b.Model
 	}
@@ -145,7 +136,7 @@ func runWorker(ctx context.Context, o *workerOptions, ios *IOStreams, log *slog.
 	owner := fmt.Sprintf("%s:%d:%s", host, os.Getpid(), randomID())
 	s := db.NewSession(b, owner, o.lease)
 	w := queue.NewWorker(s, queue.WorkerConfig{
-		Capacity:     o.prov.concurrency * o.batchSize,
+		Capacity:     o.prov.concurrency * o.eng.batchSize,
 		ExitWhenDone: o.exitWhenDone,
 		Fallback:     o.prov.fallbackModel != "",
 		Poll:         o.poll,
@@ -153,28 +144,21 @@ func runWorker(ctx context.Context, o *workerOptions, ios *IOStreams, log *slog.
 		PID:          os.Getpid(),
 		Logger:       log,
 	})
-	counters := &resilience.Counters{}
-	cls, err := o.prov.build(ios, log, counters, w.Tune)
+	guard, err := o.prov.open(ios, log, nil, w.Tune)
 	if err != nil {
 		return err
 	}
-	guard, _ := cls.(*resilience.Guard)
 
 	ctx, stopSignals := interruptContext(ctx, ios, log, nil)
 	defer stopSignals()
 	log.Info("worker started", "batch", b.Name, "owner", owner, "lease", s.Lease(), "global_cap", b.GlobalCap, "client_cap", b.ClientCap, "c", o.prov.concurrency)
 
-	p := engine.NewPipeline(context.Background(), cls, engine.Config{
-		Concurrency:  o.prov.concurrency,
-		RowDeadline:  o.prov.rowDeadline,
-		Rules:        engine.Rules{MaxChars: b.MaxChars},
-		BatchSize:    o.batchSize,
-		Dedupe:       o.dedupe && !o.noDedupe,
-		StopOnFatal:  true,
-		ProviderText: true,
-		Logger:       log,
-	})
-	bar := newCountBar(ios, o.flags.Changed("progress") || o.flags.Changed("no-progress"), o.progress && !o.noProgress, -1, "worker")
+	cfg := o.eng.config(&o.prov, "worker")
+	cfg.Rules = engine.Rules{MaxChars: b.MaxChars}
+	cfg.StopOnFatal, cfg.ProviderText = true, true
+	cfg.Logger = log
+	p := engine.NewPipeline(context.Background(), guard, cfg)
+	bar := newCountBar(ios, o.prog.show(ios), -1, "worker")
 	stopBar := make(chan struct{})
 	barDone := make(chan struct{})
 	go func() {
@@ -195,7 +179,6 @@ func runWorker(ctx context.Context, o *workerOptions, ios *IOStreams, log *slog.
 			}
 		}
 	}()
-	start := time.Now()
 	runErr := w.Run(ctx, p, guard)
 	p.Close()
 	close(stopBar)
@@ -203,10 +186,8 @@ func runWorker(ctx context.Context, o *workerOptions, ios *IOStreams, log *slog.
 	bar.finish()
 
 	st := w.Stats()
-	ps := p.Stats()
-	sum := engine.Summary{Rows: st.Finished, Written: st.Finished, Counts: st.Counts, Calls: ps.Calls,
-		FallbackCalls: ps.FallbackCalls, Retries: ps.Retries, Reused: ps.Reused, MaxActive: ps.MaxActive,
-		Elapsed: time.Since(start), Stop: p.StopReason()}
+	sum := p.Summary()
+	sum.Rows, sum.Written, sum.Counts = st.Finished, st.Finished, st.Counts
 	if ctx.Err() != nil {
 		sum.Stop = engine.StopInterrupted
 	}
@@ -214,7 +195,7 @@ func runWorker(ctx context.Context, o *workerOptions, ios *IOStreams, log *slog.
 	if st.Cycles > 0 {
 		cycleMs = float64(st.CycleTime.Microseconds()) / 1000 / float64(st.Cycles)
 	}
-	fmt.Fprintf(ios.ErrOut, "%s claimed=%d swapped=%d requeued=%d given_back=%d discarded=%d db_round_trips=%d round_trip_ms=%.1f\n", summaryLine(sum, counters.Snapshot(sum.Elapsed)),
+	fmt.Fprintf(ios.ErrOut, "%s claimed=%d swapped=%d requeued=%d given_back=%d discarded=%d db_round_trips=%d round_trip_ms=%.1f\n", summaryLine(sum),
 		st.Claimed, st.Swapped, st.Retried, st.GivenBack, st.Discarded, st.Cycles, cycleMs)
 	switch {
 	case runErr != nil:

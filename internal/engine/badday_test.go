@@ -69,7 +69,7 @@ func TestDedupeHandsAFailedTextToOneWaiter(t *testing.T) {
 	}
 	sink := &keepSink{}
 	cls := guarded(t, srv.URL, resilience.Config{Retries: 0, Concurrency: 8})
-	sum, err := Run(context.Background(), &listSource{texts: texts}, sink, cls, Config{Concurrency: 8, Dedupe: true})
+	sum, err := Run(context.Background(), &listSource{texts: texts}, sink, cls, Config{Dedupe: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +98,7 @@ func TestRowsInRetryHoldNoSlot(t *testing.T) {
 	}
 	sink := &keepSink{}
 	cls := guarded(t, srv.URL, resilience.Config{Retries: 4, BackoffBase: 400 * time.Millisecond, Concurrency: 2, BreakerMinCalls: 1000})
-	if _, err := Run(context.Background(), &listSource{texts: texts}, sink, cls, Config{Concurrency: 2}); err != nil {
+	if _, err := Run(context.Background(), &listSource{texts: texts}, sink, cls, Config{}); err != nil {
 		t.Fatal(err)
 	}
 	if fake.MaxInFlight() > 2 {
@@ -122,11 +122,11 @@ func TestRowsInRetryHoldNoSlot(t *testing.T) {
 // panicky panics on one text.
 type panicky struct{ provider.Classifier }
 
-func (p panicky) Classify(ctx context.Context, texts []string) (provider.Answer, error) {
-	if texts[0] == "boom" {
+func (p panicky) Classify(ctx context.Context, call provider.Call) (provider.Answer, error) {
+	if call.Texts[0] == "boom" {
 		panic("a bug in a classifier")
 	}
-	return p.Classifier.Classify(ctx, texts)
+	return p.Classifier.Classify(ctx, call)
 }
 
 // A panic in a classifier ends its row upstream_failed; the rows around it,
@@ -136,7 +136,7 @@ func TestClassifierPanicEndsOnlyItsRow(t *testing.T) {
 	defer srv.Close()
 	sink := &keepSink{}
 	texts := []string{"one", "boom", "three", "four"}
-	sum, err := Run(context.Background(), &listSource{texts: texts}, sink, panicky{hfClient(t, srv.URL, 2)}, Config{Concurrency: 2})
+	sum, err := Run(context.Background(), &listSource{texts: texts}, sink, plain(panicky{hfClient(t, srv.URL, 2)}, 2), Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,7 +158,7 @@ func TestCountsAddUpAfterAWriteError(t *testing.T) {
 		texts[i] = fmt.Sprint("text ", i)
 	}
 	sink := &failingSink{after: 100}
-	sum, err := Run(context.Background(), &listSource{texts: texts}, sink, hfClient(t, srv.URL, 4), Config{Concurrency: 4})
+	sum, err := Run(context.Background(), &listSource{texts: texts}, sink, plain(hfClient(t, srv.URL, 4), 4), Config{})
 	if err == nil {
 		t.Fatal("no write error")
 	}

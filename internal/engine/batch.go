@@ -142,7 +142,9 @@ func (p *Pipeline) gather(batch []item) []item {
 
 // rowContext is the context a batch's call runs in: the caller's, when one
 // job brought its own (a request whose client may leave), bounded by the
-// grace period after a stop, and by the earliest deadline in the batch.
+// grace period after a stop, and by the earliest deadline in the batch. It
+// carries cancellation and the deadline only: what the guard is asked of
+// the row travels in its resilience.Row.
 func (p *Pipeline) rowContext(batch []item) (context.Context, context.CancelFunc) {
 	base, stopBase := p.callCtx, func() bool { return false }
 	if len(batch) == 1 && batch[0].job.Ctx != nil {
@@ -161,10 +163,6 @@ func (p *Pipeline) rowContext(batch []item) (context.Context, context.CancelFunc
 		deadline = time.Now().Add(p.cfg.RowDeadline)
 	}
 	ctx, cancel := context.WithDeadline(base, deadline)
-	ctx = resilience.WithStop(ctx, p.admitCtx.Done())
-	if p.cfg.FailFast {
-		ctx = resilience.WithFailFast(ctx)
-	}
 	return ctx, func() { cancel(); stopBase() }
 }
 
@@ -175,51 +173,49 @@ func (p *Pipeline) call(batch []item, permit *resilience.Permit) []results.Row {
 	ctx, cancel := p.rowContext(batch)
 	defer cancel()
 	var started time.Time
-	p.send(resilience.WithPermit(ctx, permit), batch, out, &started)
+	p.send(ctx, permit, batch, out, &started)
 	return out
 }
 
-// send makes one call for batch. A batch the provider refuses as a whole
-// (413, another 4xx, or an answer that is not a classification) is split in
-// halves and each half asked again, so that one bad row ends alone with its
-// outcome and its neighbours still succeed.
+// send makes one call for batch, whose first attempt takes permit (nil: its
+// own slot). A batch the provider refuses as a whole (413, another 4xx, or
+// an answer that is not a classification) is split in halves and each half
+// asked again, so that one bad row ends alone with its outcome and its
+// neighbours still succeed.
 //
 // started is set to when the first call was sent: the wait before it (rate
 // limit, adaptive limit, cooldown, an open breaker) counts as waiting, not as
 // time at the provider.
-func (p *Pipeline) send(ctx context.Context, batch []item, out []results.Row, started *time.Time) {
+func (p *Pipeline) send(ctx context.Context, permit *resilience.Permit, batch []item, out []results.Row, started *time.Time) {
 	texts := make([]string, len(batch))
 	for i, it := range batch {
 		texts[i] = it.job.Row.Text
 	}
-	trace := &provider.Trace{}
-	ans, err := p.cls.Classify(provider.WithTrace(ctx, trace), texts)
-	n, fb := trace.Attempts(), trace.FallbackAttempts()
-	if at, ok := trace.FirstAttempt(); ok && started.IsZero() {
+	row := &resilience.Row{Permit: permit, Stop: p.admitCtx.Done(), FailFast: p.cfg.FailFast}
+	ans, err := p.guard.Classify(ctx, row, texts)
+	if at, ok := row.FirstAttempt(); ok && started.IsZero() {
 		*started = at
 	}
-	p.calls.Add(int64(n))
-	p.fallbackCalls.Add(int64(fb))
-	if n > 1 {
-		p.retries.Add(int64(n - 1))
-	}
+	n := row.Attempts() + row.FallbackAttempts()
 	for i := range out {
-		out[i].Attempts += n + fb
+		out[i].Attempts += n
 	}
 	if err == nil && len(ans.Predictions) != len(batch) {
 		err = &provider.Error{Outcome: outcome.UpstreamPayload, Msg: "answer does not have one prediction per text"}
 	}
 	if err != nil && len(batch) > 1 && splittable(err) && ctx.Err() == nil {
+		// The permit went with the first attempt (row.Permit is nil): the
+		// halves take their own.
 		h := len(batch) / 2
-		p.send(ctx, batch[:h], out[:h], started)
-		p.send(ctx, batch[h:], out[h:], started)
+		p.send(ctx, row.Permit, batch[:h], out[:h], started)
+		p.send(ctx, row.Permit, batch[h:], out[h:], started)
 		return
 	}
 	startedMs, latency := int64(-1), int64(0) // never sent: no start, no latency
 	if !started.IsZero() {
 		startedMs, latency = p.ms(*started), time.Since(*started).Milliseconds()
 	}
-	if err != nil && len(batch) == 1 && p.guard != nil {
+	if err != nil && len(batch) == 1 {
 		// Its text's fault, or the endpoint's? (held after the answer:
 		// the wait is not time at the provider)
 		err = p.awaitVerdict(ctx, err)
@@ -238,7 +234,7 @@ func (p *Pipeline) send(ctx context.Context, batch []item, out []results.Row, st
 	}
 	for i := range out {
 		res := &out[i]
-		res.StartedMs, res.LatencyMs, res.Model = startedMs, latency, p.cls.Model()
+		res.StartedMs, res.LatencyMs, res.Model = startedMs, latency, p.guard.Model()
 		if err != nil {
 			res.Outcome, res.Error, res.RetryAfter = code, msg, retryAfter
 			continue

@@ -18,11 +18,11 @@ func BenchmarkEngine(b *testing.B) {
 		b.Run(bc.name, func(b *testing.B) {
 			srv := fakehf.Start(&fakehf.Fake{NoRecord: true})
 			defer srv.Close()
-			cls := hfClient(b, srv.URL, 64)
+			cls := plain(hfClient(b, srv.URL, 64), 64)
 			b.ReportAllocs()
 			b.ResetTimer()
 			sum, err := Run(context.Background(), &genSource{n: int64(b.N)}, &orderSink{t: b}, cls,
-				Config{Concurrency: 64, BatchSize: bc.batch, Dedupe: true})
+				Config{BatchSize: bc.batch, Dedupe: true})
 			if err != nil || sum.Rows != int64(b.N) {
 				b.Fatal(err, sum.Rows)
 			}

@@ -13,6 +13,7 @@ import (
 	"github.com/hfsent/hfsent/internal/input"
 	"github.com/hfsent/hfsent/internal/outcome"
 	"github.com/hfsent/hfsent/internal/provider"
+	"github.com/hfsent/hfsent/internal/resilience"
 	"github.com/hfsent/hfsent/internal/results"
 )
 
@@ -53,6 +54,12 @@ func (s *orderSink) Write(rows []results.Row) error {
 	return nil
 }
 
+// plain guards cls with nothing but the bound of c calls in flight, as
+// the embedded model is guarded.
+func plain(cls provider.Classifier, c int) *resilience.Guard {
+	return resilience.Build(cls, resilience.Config{Plain: true, Concurrency: c})
+}
+
 func hfClient(t testing.TB, url string, c int) provider.Classifier {
 	t.Helper()
 	cls, err := provider.NewHF(provider.HFConfig{Endpoint: url, Concurrency: c, Timeout: 10 * time.Second})
@@ -79,7 +86,7 @@ func TestSlowEarlyRowBoundsReading(t *testing.T) {
 	const window = 64
 	done := make(chan Summary)
 	go func() {
-		sum, err := Run(context.Background(), src, sink, hfClient(t, srv.URL, 4), Config{Concurrency: 4, Window: window})
+		sum, err := Run(context.Background(), src, sink, plain(hfClient(t, srv.URL, 4), 4), Config{Window: window})
 		if err != nil {
 			t.Error(err)
 		}
@@ -118,15 +125,15 @@ func TestBatchHoldsOneSlot(t *testing.T) {
 	srv := fakehf.Start(fake)
 	defer srv.Close()
 	sink := &orderSink{t: t}
-	sum, err := Run(context.Background(), &genSource{n: 200}, sink, hfClient(t, srv.URL, 2), Config{Concurrency: 2, BatchSize: 4})
+	sum, err := Run(context.Background(), &genSource{n: 200}, sink, plain(hfClient(t, srv.URL, 2), 2), Config{BatchSize: 4})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if sum.Counts[outcome.Success] != 200 || fake.MaxInFlight() > 2 || maxTexts.Load() != 4 {
 		t.Fatalf("success %d, max in flight %d, max texts %d", sum.Counts[outcome.Success], fake.MaxInFlight(), maxTexts.Load())
 	}
-	if sum.Calls != fake.Calls() || sum.Calls < 50 || sum.Calls > 60 {
-		t.Fatalf("calls %d (fake saw %d), want about 50", sum.Calls, fake.Calls())
+	if sum.Provider.Calls != fake.Calls() || sum.Provider.Calls < 50 || sum.Provider.Calls > 60 {
+		t.Fatalf("calls %d (fake saw %d), want about 50", sum.Provider.Calls, fake.Calls())
 	}
 }
 

@@ -57,7 +57,7 @@ func TestTEIBatchesGetEveryLabelRight(t *testing.T) {
 			}
 			sink := &keepSink{}
 			sum, err := Run(context.Background(), &listSource{texts: texts}, sink, resilience.Build(hf, resilience.Config{Concurrency: 4}),
-				Config{Concurrency: 4, BatchSize: 2})
+				Config{BatchSize: 2})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -95,7 +95,7 @@ func TestEndpointRefusingEveryCallStopsTheRun(t *testing.T) {
 			defer srv.Close()
 			texts, _ := mixedTexts(100)
 			sink := &keepSink{}
-			sum, err := Run(context.Background(), &listSource{texts: texts}, sink, guardedURL(t, srv.URL, c, resilience.Config{}), Config{Concurrency: c})
+			sum, err := Run(context.Background(), &listSource{texts: texts}, sink, guardedURL(t, srv.URL, c, resilience.Config{}), Config{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -141,7 +141,7 @@ func TestPoisonTextsFirstDoNotStopTheRun(t *testing.T) {
 	}
 	for _, c := range []int{1, 8} {
 		sink := &keepSink{}
-		sum, err := Run(context.Background(), &listSource{texts: texts}, sink, guardedURL(t, srv.URL, c, resilience.Config{}), Config{Concurrency: c})
+		sum, err := Run(context.Background(), &listSource{texts: texts}, sink, guardedURL(t, srv.URL, c, resilience.Config{}), Config{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -164,7 +164,7 @@ func TestFewRowsAllRefusedAreNotHeld(t *testing.T) {
 	done := make(chan Summary, 1)
 	go func() {
 		sum, _ := Run(context.Background(), &listSource{texts: []string{"a", "b"}}, &keepSink{}, guardedURL(t, srv.URL, 4, resilience.Config{}),
-			Config{Concurrency: 4, RowDeadline: time.Minute})
+			Config{RowDeadline: time.Minute})
 		done <- sum
 	}()
 	select {
@@ -189,7 +189,7 @@ func TestProviderDownSinceTheStartStopsTheRun(t *testing.T) {
 	sink := &keepSink{}
 	cfg := resilience.Config{BreakerWindow: time.Second, BreakerCooldown: 300 * time.Millisecond, BreakerMinCalls: 4, BackoffBase: 50 * time.Millisecond}
 	start := time.Now()
-	sum, err := Run(context.Background(), &listSource{texts: texts}, sink, guardedURL(t, srv.URL, 4, cfg), Config{Concurrency: 4, RowDeadline: 10 * time.Minute})
+	sum, err := Run(context.Background(), &listSource{texts: texts}, sink, guardedURL(t, srv.URL, 4, cfg), Config{RowDeadline: 10 * time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -228,7 +228,7 @@ func TestScaledToZeroEndpointServesTheRun(t *testing.T) {
 			texts, want := mixedTexts(60)
 			sink := &keepSink{}
 			g := resilience.Build(hf, resilience.Config{Concurrency: c, Retries: 4, BreakerCooldown: time.Second, BreakerWindow: 30 * time.Second})
-			sum, err := Run(context.Background(), &listSource{texts: texts}, sink, g, Config{Concurrency: c, RowDeadline: time.Minute})
+			sum, err := Run(context.Background(), &listSource{texts: texts}, sink, g, Config{RowDeadline: time.Minute})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -17,7 +17,7 @@ import (
 
 	"github.com/hfsent/hfsent/internal/input"
 	"github.com/hfsent/hfsent/internal/outcome"
-	"github.com/hfsent/hfsent/internal/provider"
+	"github.com/hfsent/hfsent/internal/resilience"
 	"github.com/hfsent/hfsent/internal/results"
 )
 
@@ -41,7 +41,6 @@ type Sink interface {
 
 // Config tunes a pipeline. Zero values take the defaults noted.
 type Config struct {
-	Concurrency   int           // calls in flight at most, unless the classifier brings its own slots; default 8
 	AdmissionWait time.Duration // 0: a row waits for a slot as long as needed
 	RowDeadline   time.Duration // all attempts and waits of one row; default 10m
 	DeadlineFlag  string        // the flag that sets RowDeadline, named when a row passes it; default --row-deadline
@@ -52,7 +51,8 @@ type Config struct {
 	// Window bounds how many rows Run may have read but not yet written, so
 	// that memory stays flat when one early row is slow; when it is full,
 	// reading and admission wait. It is also the admission queue's length.
-	// Default max(1024, 16×Concurrency, 2×Concurrency×BatchSize).
+	// Default max(1024, 16×c, 2×c×BatchSize), c the most calls in flight
+	// the guard allows (-c).
 	Window int
 	// BatchSize is the most texts sent in one call; default 1. A batch is
 	// one call: one slot per attempt.
@@ -88,15 +88,19 @@ type Config struct {
 	// ExpectedRows, when known (a file counted before the run), sizes the
 	// duplicate-id table once; 0: it grows as rows come.
 	ExpectedRows int64
+	// Advice, when set, words what to do about a stop the provider caused
+	// (a token rejected, no credits, ...), for the command that runs the
+	// pipeline: its flags, its way to finish the work. The engine says what
+	// happened, and adds it (Summary.StopDetail, and the log).
+	Advice func(StopReason) string
 	// Progress is called from Run's writer after each flush; it must be quick.
 	Progress func(Progress)
 	Logger   *slog.Logger
 }
 
-func (c *Config) defaults() {
-	if c.Concurrency < 1 {
-		c.Concurrency = 8
-	}
+// defaults fills in the zero values; concurrency is the most calls in
+// flight the guard allows.
+func (c *Config) defaults(concurrency int) {
 	if c.RowDeadline <= 0 {
 		c.RowDeadline = 10 * time.Minute
 	}
@@ -118,7 +122,7 @@ func (c *Config) defaults() {
 	if c.Window <= 0 {
 		// Rows in retry wait here without holding a slot, so the window
 		// must hold many round trips of the rows behind a slow one.
-		c.Window = max(1024, 16*c.Concurrency, 2*c.Concurrency*c.BatchSize)
+		c.Window = max(1024, 16*concurrency, 2*concurrency*c.BatchSize)
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -160,17 +164,19 @@ type Summary struct {
 	Written int64
 	Lost    int64
 	Counts  map[outcome.Code]int64
-	Calls   int64 // provider calls sent, retries included (a batch is one call)
-	// FallbackCalls were sent to the fallback model, not the provider.
-	FallbackCalls int64
-	Kept          int64 // rows kept from an earlier run (--resume), not sent
-	Reused        int64 // rows answered by an earlier identical text (--dedupe), not sent
-	Retries       int64 // calls beyond the first of each row
-	MaxActive     int64 // most calls dispatched at once
-	Elapsed       time.Duration
-	Stop          StopReason
-	// StopDetail says why the provider stopped the run and what to do
-	// (token, credits, model, endpoint, connection, down); "" otherwise.
+	// Provider is what the guard counted of the calls: sent to the
+	// provider, retries included (a batch is one call), the retries, the
+	// calls sent to the fallback model (never counted as provider calls),
+	// and what the policies saw.
+	Provider  resilience.Stats
+	Kept      int64 // rows kept from an earlier run (--resume), not sent
+	Reused    int64 // rows answered by an earlier identical text (--dedupe), not sent
+	MaxActive int64 // most calls dispatched at once
+	Elapsed   time.Duration
+	Stop      StopReason
+	// StopDetail says why the provider stopped the run (token, credits,
+	// model, endpoint, connection, down), and what to do as Config.Advice
+	// words it; "" otherwise.
 	StopDetail string
 	// InputErr is set when the input could not be parsed past some line;
 	// rows before it were processed.
@@ -216,11 +222,11 @@ type run struct {
 // credits, model, connection) stop admission the same way, but reading goes
 // on and every row is written. The error is non-nil only when results could
 // not be written.
-func Run(ctx context.Context, src Source, sink Sink, cls provider.Classifier, cfg Config) (Summary, error) {
-	cfg.defaults()
+func Run(ctx context.Context, src Source, sink Sink, g *resilience.Guard, cfg Config) (Summary, error) {
+	cfg.defaults(g.Slots().Max())
 	cfg.StopOnFatal, cfg.ProviderText = true, true
 	r := &run{cfg: cfg, done: make(chan results.Row, cfg.Window), ids: NewIDs(cfg.ExpectedRows)}
-	r.p = NewPipeline(ctx, cls, cfg)
+	r.p = NewPipeline(ctx, g, cfg)
 	if cfg.MaxDuration > 0 {
 		t := time.AfterFunc(cfg.MaxDuration, func() { r.p.Stop(StopMaxDuration) })
 		defer t.Stop()
@@ -284,20 +290,14 @@ read:
 	close(r.done)
 	writeErr := <-writerDone
 	r.ids.Release()
+	ps := r.p.Summary()
 
-	st := r.p.Stats()
+	sum.Provider, sum.Reused, sum.MaxActive, sum.Elapsed = ps.Provider, ps.Reused, ps.MaxActive, ps.Elapsed
+	sum.Stop, sum.StopDetail = ps.Stop, ps.StopDetail
 	sum.Written = r.written.Load()
 	sum.Lost = r.lost.Load()
 	sum.Rows = sum.Written + sum.Lost
-	sum.Calls = st.Calls
-	sum.FallbackCalls = st.FallbackCalls
-	sum.Retries = st.Retries
 	sum.Kept = r.kept.Load()
-	sum.Reused = st.Reused
-	sum.MaxActive = st.MaxActive
-	sum.Elapsed = time.Since(r.p.start)
-	sum.Stop = r.p.StopReason()
-	sum.StopDetail = r.p.StopDetail()
 	if ctx.Err() != nil {
 		sum.Stop = StopInterrupted
 	}

@@ -25,9 +25,8 @@ import (
 // maps every failure through the outcome table.
 type Pipeline struct {
 	cfg   Config
-	cls   provider.Classifier
-	slots *resilience.Slots
-	guard *resilience.Guard     // cls, when it is the guarded classifier
+	guard *resilience.Guard     // the one way to the provider
+	slots *resilience.Slots     // the guard's: admission takes a row's first slot from it
 	cache *dedupe.Cache[answer] // nil without Config.Dedupe
 	names names
 	start time.Time
@@ -64,8 +63,6 @@ type Pipeline struct {
 	quietOnce  sync.Once
 
 	active, maxActive atomic.Int64
-	calls, retries    atomic.Int64
-	fallbackCalls     atomic.Int64
 	reused            atomic.Int64
 }
 
@@ -171,16 +168,12 @@ func (p *Pipeline) remember(res results.Row) (answer, bool) {
 	return answer{label: l, model: m, score: res.Score}, ok1 && ok2
 }
 
-// NewPipeline starts a pipeline in front of cls. Cancelling ctx stops
-// admission (as Stop does); calls in flight then get the grace period.
-func NewPipeline(ctx context.Context, cls provider.Classifier, cfg Config) *Pipeline {
-	cfg.defaults()
-	p := &Pipeline{cfg: cfg, cls: cls, start: time.Now(), admitter: make(chan struct{}), idle: make(chan func()), quiet: make(chan struct{})}
-	if g, ok := cls.(*resilience.Guard); ok {
-		p.guard, p.slots = g, g.Slots()
-	} else {
-		p.slots = resilience.NewSlots(cfg.Concurrency, false, nil)
-	}
+// NewPipeline starts a pipeline in front of g, the guarded provider: its
+// slots bound the calls in flight. Cancelling ctx stops admission (as Stop
+// does); calls in flight then get the grace period.
+func NewPipeline(ctx context.Context, g *resilience.Guard, cfg Config) *Pipeline {
+	cfg.defaults(g.Slots().Max())
+	p := &Pipeline{cfg: cfg, guard: g, slots: g.Slots(), start: time.Now(), admitter: make(chan struct{}), idle: make(chan func()), quiet: make(chan struct{})}
 	if cfg.Dedupe {
 		p.cache = dedupe.New[answer](cfg.DedupeSize)
 	}
@@ -201,13 +194,13 @@ func NewPipeline(ctx context.Context, cls provider.Classifier, cfg Config) *Pipe
 		defer close(p.admitter)
 		p.admit()
 	}()
-	if p.guard != nil && cfg.StopOnFatal {
+	if cfg.StopOnFatal {
 		// Admission stops the moment the endpoint is found to refuse
 		// every call, before the rows that learn it come back, and when
 		// the provider is found down: the rows waiting for it stop
 		// waiting.
-		p.guard.Verdict().OnRefused(p.fatal)
-		p.guard.OnDown(func(cause string) {
+		g.Verdict().OnRefused(p.fatal)
+		g.OnDown(func(cause string) {
 			p.fatal(&provider.Error{Outcome: outcome.UpstreamFailed, Down: true, Msg: cause})
 		})
 	}
@@ -217,9 +210,11 @@ func NewPipeline(ctx context.Context, cls provider.Classifier, cfg Config) *Pipe
 // Config is the pipeline's configuration, its defaults filled in.
 func (p *Pipeline) Config() Config { return p.cfg }
 
-// Slots is what bounds the pipeline's calls in flight: the guarded
-// classifier's, or the pipeline's own when there is none.
+// Slots is what bounds the pipeline's calls in flight: the guard's.
 func (p *Pipeline) Slots() *resilience.Slots { return p.slots }
+
+// Guard is the guarded provider the pipeline sends its calls through.
+func (p *Pipeline) Guard() *resilience.Guard { return p.guard }
 
 // Stop stops admission for reason: rows waiting are finished not_attempted,
 // no call not yet sent is sent, and calls in flight get the grace period.
@@ -338,7 +333,7 @@ func (p *Pipeline) awaitVerdict(ctx context.Context, err error) error {
 // whether the endpoint refuses every call is on its way: one round trip,
 // and no row is sent into an endpoint about to be found refusing.
 func (p *Pipeline) awaitSample() {
-	if p.guard == nil || !p.cfg.StopOnFatal {
+	if !p.cfg.StopOnFatal {
 		return
 	}
 	v := p.guard.Verdict()
@@ -364,7 +359,7 @@ func (p *Pipeline) callEnded() {
 }
 
 // StopDetail says what the answer that stopped admission said, and what to
-// do about it ("" when no answer did).
+// do about it as Config.Advice words it ("" when no answer did).
 func (p *Pipeline) StopDetail() string {
 	if m := p.fatalMsg.Load(); m != nil {
 		return *m
@@ -372,20 +367,33 @@ func (p *Pipeline) StopDetail() string {
 	return ""
 }
 
-// Stats is what the pipeline did so far.
+// Stats is what the pipeline did so far, beside the calls (the guard's
+// counters: Guard().Stats).
 type Stats struct {
-	Calls         int64 // provider calls sent, retries included (a batch is one call)
-	Retries       int64 // calls beyond the first of each row
-	FallbackCalls int64 // calls sent to the fallback model
-	Reused        int64 // rows answered by an identical text's answer
-	Active        int64 // calls in flight now
-	MaxActive     int64
+	Reused    int64 // rows answered by an identical text's answer
+	Active    int64 // calls in flight now
+	MaxActive int64
 }
 
 // Stats returns the counts so far.
 func (p *Pipeline) Stats() Stats {
-	return Stats{Calls: p.calls.Load(), Retries: p.retries.Load(), FallbackCalls: p.fallbackCalls.Load(),
-		Reused: p.reused.Load(), Active: int64(p.slots.InUse()), MaxActive: p.maxActive.Load()}
+	return Stats{Reused: p.reused.Load(), Active: int64(p.slots.InUse()), MaxActive: p.maxActive.Load()}
+}
+
+// Summary is what the pipeline did, for a run's summary: the calls as the
+// guard counted them, the rows reused, and why admission stopped. The
+// caller adds the rows (Run counts the ones it wrote; a worker, the ones it
+// finished).
+func (p *Pipeline) Summary() Summary {
+	elapsed := time.Since(p.start)
+	return Summary{
+		Provider:   p.guard.Stats(elapsed),
+		Reused:     p.reused.Load(),
+		MaxActive:  p.maxActive.Load(),
+		Elapsed:    elapsed,
+		Stop:       p.StopReason(),
+		StopDetail: p.StopDetail(),
+	}
 }
 
 // admit takes jobs in arrival order and gives each a slot, or records why
@@ -535,7 +543,7 @@ func (p *Pipeline) slot(j *Job, wait time.Duration) (*resilience.Permit, results
 		return permit, results.Row{}
 	}
 	// How long the provider asked every call to wait (a 429's
-	// Retry-After): the pipeline's own slots, without a guard, never pause.
+	// Retry-After).
 	pause := p.slots.Paused()
 	switch {
 	case p.admitCtx.Err() != nil:
@@ -592,12 +600,7 @@ func (p *Pipeline) admissionWait() time.Duration {
 	return wait
 }
 
-func (p *Pipeline) latency() time.Duration {
-	if p.guard == nil {
-		return 0
-	}
-	return p.guard.Counters().Latency()
-}
+func (p *Pipeline) latency() time.Duration { return p.guard.Counters().Latency() }
 
 // dispatch runs one call, holding the slot already acquired for it, which
 // the call's first attempt uses and then gives back.
@@ -713,17 +716,24 @@ func (p *Pipeline) classifyError(err error, rowCtx context.Context) (outcome.Cod
 // either (the token, the account, the model, or no connection at all).
 func (p *Pipeline) fatal(pe *provider.Error) {
 	p.fatalOnce.Do(func() {
-		reason, advice := p.fatalReason(pe)
-		p.fatalMsg.Store(&advice)
+		reason, msg := p.fatalReason(pe)
+		if p.cfg.Advice != nil {
+			if advice := p.cfg.Advice(reason); advice != "" {
+				msg += "; " + advice
+			}
+		}
+		p.fatalMsg.Store(&msg)
 		if !p.cfg.StopOnFatal {
-			p.cfg.Logger.Error(advice)
+			p.cfg.Logger.Error(msg)
 			return
 		}
-		p.cfg.Logger.Error(advice + "; no more rows will be sent")
+		p.cfg.Logger.Error(msg + "; no more rows will be sent")
 		p.stopAdmit(errStop{reason})
 	})
 }
 
+// fatalReason says why pe stops the run, and what it said: the command
+// that runs the pipeline adds what to do (Config.Advice).
 func (p *Pipeline) fatalReason(pe *provider.Error) (StopReason, string) {
 	said, summary := "", pe.Short()
 	if p.cfg.ProviderText {
@@ -737,17 +747,17 @@ func (p *Pipeline) fatalReason(pe *provider.Error) (StopReason, string) {
 	}
 	switch {
 	case pe.Unreachable:
-		return StopUnreachable, "cannot reach the provider: " + pe.Msg + fmt.Sprintf(" (the first %d calls could not connect and none was ever answered); check --endpoint and the network, then finish with --resume", resilience.UnreachableAfter)
+		return StopUnreachable, "cannot reach the provider: " + pe.Msg + fmt.Sprintf(" (the first %d calls could not connect and none was ever answered)", resilience.UnreachableAfter)
 	case pe.Down:
 		return StopDown, "the provider has failed every call since the run began, and the circuit breaker's probe calls too (" + pe.Msg +
-			"): it looks down, not busy; try again later and finish with --resume"
+			"): it looks down, not busy"
 	case pe.Outcome == outcome.UpstreamQuota:
 		return StopQuota, "the provider answered HTTP 402 Payment Required" + said +
-			": the account cannot pay for these calls (no credits left, or pay-as-you-go is off for this provider); top up or turn pay-as-you-go on, or bill an organisation with --bill-to ORG, then finish with --resume"
+			": the account cannot pay for these calls (no credits left, or pay-as-you-go is off for this provider)"
 	case pe.Outcome == outcome.UpstreamNotFound:
-		return StopNotFound, "the provider answered HTTP 404 Not Found" + said + ": it has no such model at this endpoint; check --model and --endpoint, then finish with --resume"
+		return StopNotFound, "the provider answered HTTP 404 Not Found" + said + ": it has no such model at this endpoint"
 	case pe.Outcome == outcome.UpstreamEndpoint:
-		return StopEndpoint, summary + "; check --endpoint (and --model: is it a text-classification model served there?), then finish with --resume"
+		return StopEndpoint, summary
 	}
-	return StopAuth, "the provider rejected the token (HTTP 401/403)" + said + "; check HF_TOKEN or the token file, or use --provider local"
+	return StopAuth, "the provider rejected the token (HTTP 401/403)" + said
 }

@@ -18,14 +18,14 @@ type slowClassifier struct{ d time.Duration }
 
 func (s slowClassifier) Model() string { return "slow" }
 
-func (s slowClassifier) Classify(ctx context.Context, texts []string) (provider.Answer, error) {
+func (s slowClassifier) Classify(ctx context.Context, call provider.Call) (provider.Answer, error) {
 	select {
 	case <-time.After(s.d):
 	case <-ctx.Done():
 		return provider.Answer{}, ctx.Err()
 	}
 	ans := provider.Answer{Model: "slow"}
-	for range texts {
+	for range call.Texts {
 		ans.Predictions = append(ans.Predictions, provider.Prediction{Label: "POSITIVE", Score: 1})
 	}
 	return ans, nil
@@ -39,8 +39,8 @@ func (s slowClassifier) Classify(ctx context.Context, texts []string) (provider.
 func TestShedStandingQueue(t *testing.T) {
 	const admission = 300 * time.Millisecond
 	run := func(shed bool) (rejectedWait, admittedWait time.Duration) {
-		p := NewPipeline(context.Background(), slowClassifier{20 * time.Millisecond}, Config{
-			Concurrency: 2, AdmissionWait: admission, ShedStandingQueue: shed, Dedupe: false})
+		p := NewPipeline(context.Background(), plain(slowClassifier{20 * time.Millisecond}, 2), Config{
+			AdmissionWait: admission, ShedStandingQueue: shed, Dedupe: false})
 		var mu sync.Mutex
 		var wg sync.WaitGroup
 		begin := time.Now()

@@ -1,5 +1,10 @@
-// Package outcome holds the stable table of row outcomes and the HTTP status
-// each maps to. Scripts depend on these names: change them only via an issue.
+// Package outcome holds the stable table of row outcomes: for each code,
+// the HTTP status it maps to, whether it is final for --resume, whether it
+// stops a batch, whether the provider's call is retried, its colour in
+// `hfsent report` and a line of advice. Everything else (the error table's
+// retries, serve's statuses, the report's colours, check's advice, the
+// README's table, checked by a test) is read from it. Scripts depend on the
+// names: change them only via an issue.
 package outcome
 
 // Code is the outcome of one row.
@@ -23,26 +28,43 @@ const (
 	NotAttempted            Code = "not_attempted"
 )
 
-// All lists every code in the order the documentation and summaries use.
+// All lists every code in the order the documentation and summaries use:
+// the table's.
 func All() []Code {
-	return []Code{Success, Fallback, InvalidInput, LocalCapacity, UpstreamTimeout,
-		UpstreamRateLimited, UpstreamFailed, UpstreamRequestRejected, UpstreamAuth,
-		UpstreamQuota, UpstreamNotFound, UpstreamEndpoint, UpstreamPayload, CircuitOpen, NotAttempted}
+	out := make([]Code, len(table))
+	for i, in := range table {
+		out[i] = in.Code
+	}
+	return out
 }
 
-// Status is the HTTP status the row would get from `hfsent serve`.
+// Info returns the table's row for c; ok is false for an unknown code.
+func (c Code) Info() (in Info, ok bool) {
+	if p := c.info(); p != nil {
+		return *p, true
+	}
+	return unknown(c), false
+}
+
+// info is c's row in the table, nil when unknown. It is asked of every row
+// written (its status) and kept (final?), so it walks the table by index,
+// commonest first, copying nothing.
+func (c Code) info() *Info {
+	for i := range table {
+		if table[i].Code == c {
+			return &table[i]
+		}
+	}
+	return nil
+}
+
+func unknown(c Code) Info { return Info{Code: c, Status: 500, Colour: unknownColour} }
+
+// Status is the HTTP status the row would get from `hfsent serve` (500 for
+// an unknown code).
 func (c Code) Status() int {
-	switch c {
-	case Success, Fallback:
-		return 200
-	case InvalidInput:
-		return 422
-	case LocalCapacity, UpstreamRateLimited, CircuitOpen, NotAttempted:
-		return 503
-	case UpstreamTimeout:
-		return 504
-	case UpstreamFailed, UpstreamRequestRejected, UpstreamAuth, UpstreamQuota, UpstreamNotFound, UpstreamEndpoint, UpstreamPayload:
-		return 502
+	if p := c.info(); p != nil {
+		return p.Status
 	}
 	return 500
 }
@@ -52,26 +74,44 @@ func (c Code) OK() bool { return c == Success || c == Fallback }
 
 // Final reports whether a row with this outcome needs no redo on --resume:
 // running it again would give the same answer or cost quota for nothing.
-// upstream_quota, upstream_not_found and upstream_endpoint are not: they say
-// the account, the model or the endpoint could not serve, which topping up
-// credits or fixing --model or --endpoint mends.
 func (c Code) Final() bool {
-	return c == Success || c == Fallback || c == InvalidInput || c == UpstreamRequestRejected
+	p := c.info()
+	return p != nil && p.Final
 }
 
 // StopsRun reports whether a row with this outcome means no other row can
 // succeed either (the token, the account, the model or the endpoint), so a
 // batch stops sending.
 func (c Code) StopsRun() bool {
-	return c == UpstreamAuth || c == UpstreamQuota || c == UpstreamNotFound || c == UpstreamEndpoint
+	p := c.info()
+	return p != nil && p.StopsRun
+}
+
+// Retry says whether a failed call with this outcome is sent again.
+func (c Code) Retry() Retry {
+	if p := c.info(); p != nil {
+		return p.Retry
+	}
+	return RetryNever
+}
+
+// Colour is the code's colour in `hfsent report` (a dark grey for a code
+// the table does not know).
+func (c Code) Colour() string {
+	if p := c.info(); p != nil {
+		return p.Colour
+	}
+	return unknownColour
+}
+
+// Advice is what to do about a row with this outcome, in a line ("" when
+// there is nothing to do).
+func (c Code) Advice() string {
+	if p := c.info(); p != nil {
+		return p.Advice
+	}
+	return ""
 }
 
 // Valid reports whether c is one of the known codes.
-func (c Code) Valid() bool {
-	for _, k := range All() {
-		if k == c {
-			return true
-		}
-	}
-	return false
-}
+func (c Code) Valid() bool { return c.info() != nil }

@@ -29,7 +29,7 @@ func replayed(t *testing.T, name string) (*fakehf.Fake, string) {
 
 func classifyOne(t *testing.T, c *provider.HF, text string) *provider.Error {
 	t.Helper()
-	_, err := c.Classify(context.Background(), []string{text})
+	_, err := c.Classify(context.Background(), provider.Call{Texts: []string{text}})
 	pe, ok := provider.AsError(err)
 	if !ok {
 		t.Fatalf("error %v is not a *provider.Error", err)
@@ -200,7 +200,7 @@ func TestTruncationAskedFor(t *testing.T) {
 	defer srv.Close()
 	c := newClient(t, srv.URL, time.Second)
 	for _, texts := range [][]string{{"one"}, {"one", "two"}} {
-		if _, err := c.Classify(context.Background(), texts); err != nil {
+		if _, err := c.Classify(context.Background(), provider.Call{Texts: texts}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -217,7 +217,7 @@ func TestTruncationAskedFor(t *testing.T) {
 	defer ts.Close()
 	tc := newClient(t, ts.URL+"/predict", time.Second)
 	for _, texts := range [][]string{{"one"}, {"one", "two"}} {
-		if _, err := tc.Classify(context.Background(), texts); err != nil {
+		if _, err := tc.Classify(context.Background(), provider.Call{Texts: texts}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -245,7 +245,7 @@ func TestTEIBatches(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ans, err := hf.Classify(context.Background(), texts)
+	ans, err := hf.Classify(context.Background(), provider.Call{Texts: texts})
 	if pe, _ := provider.AsError(err); err == nil || pe.Outcome != outcome.UpstreamPayload || !errors.Is(err, provider.ErrFlatBatch) && !strings.Contains(err.Error(), "flat list") {
 		t.Fatalf("a pair's answer read as a batch's: %+v, %v", ans, err)
 	}
@@ -265,11 +265,11 @@ func TestTEIBatches(t *testing.T) {
 		if cl.API() != provider.APITEI {
 			t.Fatalf("%s: API %s", c.name, cl.API())
 		}
-		ans, err := cl.Classify(context.Background(), texts)
+		ans, err := cl.Classify(context.Background(), provider.Call{Texts: texts})
 		if err != nil || ans.Predictions[0].Label != "POSITIVE" || ans.Predictions[1].Label != "NEGATIVE" {
 			t.Fatalf("%s: %+v, %v", c.name, ans, err)
 		}
-		if ans, err := cl.Classify(context.Background(), texts[1:]); err != nil || ans.Predictions[0].Label != "NEGATIVE" {
+		if ans, err := cl.Classify(context.Background(), provider.Call{Texts: texts[1:]}); err != nil || ans.Predictions[0].Label != "NEGATIVE" {
 			t.Fatalf("%s, one text: %+v, %v", c.name, ans, err)
 		}
 	}
@@ -304,7 +304,7 @@ func TestRedirects(t *testing.T) {
 			srv := fakehf.Start(f)
 			defer srv.Close()
 			c := newClient(t, srv.URL+"/models/old", time.Second)
-			ans, err := c.Classify(context.Background(), []string{"I like you"})
+			ans, err := c.Classify(context.Background(), provider.Call{Texts: []string{"I like you"}})
 			if err != nil || ans.Predictions[0].Label != "POSITIVE" {
 				t.Fatalf("%+v, %v", ans, err)
 			}
@@ -367,14 +367,14 @@ func TestScaleUpTimeout(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	start := time.Now()
-	ans, err := c.Classify(provider.WithScaleUp(ctx), []string{"a"})
+	ans, err := c.Classify(ctx, provider.Call{Texts: []string{"a"}, ScaleUp: true})
 	if err != nil || ans.Predictions[0].Label != "POSITIVE" {
 		t.Fatalf("held call: %v", err)
 	}
 	if d := time.Since(start); d < time.Second {
 		t.Fatalf("answered after %s: was it held?", d)
 	}
-	if _, err := c.Classify(ctx, []string{"a"}); err != nil {
+	if _, err := c.Classify(ctx, provider.Call{Texts: []string{"a"}}); err != nil {
 		t.Fatal(err)
 	}
 	// A 503, a 200, a 503: only the first is Cold.
@@ -389,7 +389,7 @@ func TestScaleUpTimeout(t *testing.T) {
 	if pe := classifyOne(t, warm, "a"); !pe.Cold {
 		t.Fatalf("a 503 before any answer: %+v", pe)
 	}
-	if _, err := warm.Classify(context.Background(), []string{"a"}); err != nil {
+	if _, err := warm.Classify(context.Background(), provider.Call{Texts: []string{"a"}}); err != nil {
 		t.Fatal(err)
 	}
 	if pe := classifyOne(t, warm, "a"); pe.Cold || pe.Status != 503 {
@@ -417,7 +417,7 @@ func TestBillTo(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Classify(context.Background(), []string{"a"}); err != nil {
+	if _, err := c.Classify(context.Background(), provider.Call{Texts: []string{"a"}}); err != nil {
 		t.Fatal(err)
 	}
 	if got := f.Headers()[0].Get("X-HF-Bill-To"); got != "acme-research" {

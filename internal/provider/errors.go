@@ -100,15 +100,15 @@ func (e *Error) StopsRun() bool {
 	return e.Unreachable || e.Down || e.Outcome.StopsRun()
 }
 
-// Retryable reports whether another attempt may succeed: connection errors,
-// timeouts (408 included), 429, 500/502/503/504, the CDN's 520-524 and
-// TEI's 424 (its backend failed). Other 4xx, auth and payload errors are
-// permanent.
+// Retryable reports whether another attempt may succeed, as the outcome
+// table says: timeouts (408 included) and 429 always; upstream_failed when
+// it is a connection error, 500/502/503/504, the CDN's 520-524 or TEI's 424
+// (its backend failed). Other 4xx, auth and payload errors are permanent.
 func (e *Error) Retryable() bool {
-	switch e.Outcome {
-	case outcome.UpstreamTimeout, outcome.UpstreamRateLimited:
+	switch e.Outcome.Retry() {
+	case outcome.RetryAlways:
 		return true
-	case outcome.UpstreamFailed:
+	case outcome.RetryTransient:
 		switch e.Status {
 		case 0, 424, 500, 502, 503, 504, 520, 521, 522, 523, 524:
 			return true
@@ -117,8 +117,16 @@ func (e *Error) Retryable() bool {
 	return false
 }
 
-// AsError returns err as a *Error when it is one.
+// AsError returns err as a *Error when it is one. A nil error, or a
+// *Error itself, is answered without errors.As (whose target escapes):
+// every layer asks this of every call's result.
 func AsError(err error) (*Error, bool) {
+	switch e := err.(type) {
+	case nil:
+		return nil, false
+	case *Error:
+		return e, true
+	}
 	var pe *Error
 	if errors.As(err, &pe) {
 		return pe, true

@@ -46,9 +46,6 @@ type HFConfig struct {
 	UserAgent      string
 	// Client overrides the HTTP client (tests); nil builds one from the above.
 	Client *http.Client
-	// OnCall, if set, is called once per HTTP request sent and again with its
-	// result; it feeds counters without the client knowing about them.
-	OnCall func(err error, d time.Duration)
 	// API is the request format the endpoint reads: APIHF or APITEI; ""
 	// chooses by the URL (DetectAPI).
 	API string
@@ -319,7 +316,8 @@ func totalLen(texts []string) int {
 var bodies = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 
 // Classify sends one attempt. It never retries.
-func (h *HF) Classify(ctx context.Context, texts []string) (Answer, error) {
+func (h *HF) Classify(ctx context.Context, call Call) (Answer, error) {
+	texts := call.Texts
 	if len(texts) == 0 {
 		return Answer{}, &Error{Outcome: outcome.InvalidInput, Msg: "no text"}
 	}
@@ -330,14 +328,14 @@ func (h *HF) Classify(ctx context.Context, texts []string) (Answer, error) {
 	if err := ctx.Err(); err != nil {
 		return Answer{}, err
 	}
-	timeout := attemptTimeout(ctx, h.cfg.Timeout)
+	timeout := call.attemptTimeout(h.cfg.Timeout)
 	// The headers are the same for every call: built once, shared, never
 	// changed (net/http only reads them).
 	header := h.headers
-	if waitForModel(ctx) {
+	if call.WaitForModel {
 		header = h.waitHeaders
 	}
-	if h.holds && scaleUp(ctx) {
+	if h.holds && call.ScaleUp {
 		// The endpoint answered 503 and may be starting a replica: its
 		// proxy holds the call until one is up when asked to, and the
 		// call may take that long, within the row's deadline.
@@ -356,15 +354,7 @@ func (h *HF) Classify(ctx context.Context, texts []string) (Answer, error) {
 		return Answer{}, &Error{Outcome: outcome.UpstreamFailed, Msg: "bad request URL", Err: err}
 	}
 	req.Header = header
-	if t := TraceFrom(ctx); t != nil {
-		t.AddAttempt()
-	}
-	start := time.Now()
-	ans, err := h.do(ctx, actx, req, len(texts), timeout)
-	if h.cfg.OnCall != nil {
-		h.cfg.OnCall(err, time.Since(start))
-	}
-	return ans, err
+	return h.do(ctx, actx, req, len(texts), timeout)
 }
 
 func (h *HF) do(ctx, actx context.Context, req *http.Request, n int, timeout time.Duration) (Answer, error) {

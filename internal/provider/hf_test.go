@@ -53,7 +53,7 @@ func TestErrorTable(t *testing.T) {
 			f := &fakehf.Fake{Script: func(int64, []string, *http.Request) fakehf.Reply { return c.reply }}
 			srv := fakehf.Start(f)
 			defer srv.Close()
-			_, err := newClient(t, srv.URL, 100*time.Millisecond).Classify(context.Background(), []string{"hello"})
+			_, err := newClient(t, srv.URL, 100*time.Millisecond).Classify(context.Background(), provider.Call{Texts: []string{"hello"}})
 			pe, ok := provider.AsError(err)
 			if !ok {
 				t.Fatalf("error %v is not a *provider.Error", err)
@@ -78,11 +78,11 @@ func TestRetryAfterAndLoading(t *testing.T) {
 	srv := fakehf.Start(f)
 	defer srv.Close()
 	c := newClient(t, srv.URL, time.Second)
-	_, err := c.Classify(context.Background(), []string{"a"})
+	_, err := c.Classify(context.Background(), provider.Call{Texts: []string{"a"}})
 	if pe, _ := provider.AsError(err); pe == nil || pe.RetryAfter != 1500*time.Millisecond {
 		t.Fatalf("429: %v", err)
 	}
-	_, err = c.Classify(provider.WithWaitForModel(context.Background()), []string{"a"})
+	_, err = c.Classify(context.Background(), provider.Call{Texts: []string{"a"}, WaitForModel: true})
 	pe, _ := provider.AsError(err)
 	if pe == nil || !pe.Loading || pe.RetryAfter != 12*time.Second || !pe.Retryable() {
 		t.Fatalf("loading 503: %+v", pe)
@@ -100,7 +100,7 @@ func TestNestedAndFlatThroughClient(t *testing.T) {
 	for _, flat := range []bool{false, true} {
 		f := &fakehf.Fake{Flat: flat}
 		srv := fakehf.Start(f)
-		ans, err := newClient(t, srv.URL, time.Second).Classify(context.Background(), []string{"a terrible repair"})
+		ans, err := newClient(t, srv.URL, time.Second).Classify(context.Background(), provider.Call{Texts: []string{"a terrible repair"}})
 		srv.Close()
 		if err != nil {
 			t.Fatalf("flat=%v: %v", flat, err)
@@ -115,7 +115,7 @@ func TestConnectionFailureAndCancel(t *testing.T) {
 	srv := fakehf.Start(&fakehf.Fake{})
 	url := srv.URL
 	srv.Close() // nothing listens there now
-	_, err := newClient(t, url, time.Second).Classify(context.Background(), []string{"a"})
+	_, err := newClient(t, url, time.Second).Classify(context.Background(), provider.Call{Texts: []string{"a"}})
 	if pe, _ := provider.AsError(err); pe == nil || pe.Outcome != outcome.UpstreamFailed || !pe.Retryable() {
 		t.Fatalf("connection refused: %v", err)
 	}
@@ -124,35 +124,19 @@ func TestConnectionFailureAndCancel(t *testing.T) {
 	defer slow.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	time.AfterFunc(50*time.Millisecond, cancel)
-	_, err = newClient(t, slow.URL, 5*time.Second).Classify(ctx, []string{"a"})
+	_, err = newClient(t, slow.URL, 5*time.Second).Classify(ctx, provider.Call{Texts: []string{"a"}})
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("a cancelled row must return the context's error, got %v", err)
 	}
 }
 
-func TestAttemptsCountedInTrace(t *testing.T) {
-	srv := fakehf.Start(&fakehf.Fake{})
-	defer srv.Close()
-	tr := &provider.Trace{}
-	ctx := provider.WithTrace(context.Background(), tr)
-	c := newClient(t, srv.URL, time.Second)
-	for range 3 {
-		if _, err := c.Classify(ctx, []string{"x"}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if tr.Attempts() != 3 {
-		t.Fatalf("attempts = %d, want 3", tr.Attempts())
-	}
-}
-
 func TestLocalModel(t *testing.T) {
 	l := provider.NewLocal()
-	ans, err := l.Classify(context.Background(), []string{
+	ans, err := l.Classify(context.Background(), provider.Call{Texts: []string{
 		"Great service, thank you!",
 		"Waited three days for a callback that never came. Very disappointed.",
 		"The booking page has a slot.",
-	})
+	}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -211,7 +195,7 @@ func TestTransportErrorRedactsURL(t *testing.T) {
 	if strings.Contains(c.URL(), "SECRET") || !strings.Contains(c.URL(), "REDACTED") {
 		t.Fatalf("URL() = %q", c.URL())
 	}
-	_, err := c.Classify(context.Background(), []string{"a"})
+	_, err := c.Classify(context.Background(), provider.Call{Texts: []string{"a"}})
 	var ue *url.Error
 	if !errors.As(err, &ue) {
 		t.Fatalf("no *url.Error in %v", err)

@@ -27,10 +27,8 @@ func NewLocal() *Local {
 func (l *Local) Model() string { return LocalModel }
 
 // Classify implements Classifier.
-func (l *Local) Classify(ctx context.Context, texts []string) (Answer, error) {
-	if tr := TraceFrom(ctx); tr != nil {
-		tr.AddAttempt()
-	}
+func (l *Local) Classify(ctx context.Context, call Call) (Answer, error) {
+	texts := call.Texts
 	out := make([]Prediction, len(texts))
 	for i, t := range texts {
 		if err := ctx.Err(); err != nil {

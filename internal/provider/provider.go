@@ -8,7 +8,6 @@ package provider
 
 import (
 	"context"
-	"sync/atomic"
 	"time"
 )
 
@@ -35,107 +34,38 @@ type Answer struct {
 	Fallback bool
 }
 
-// Classifier labels texts. Implementations must be safe for concurrent use.
-// On failure the error is a *Error (or the context's error when ctx ended).
+// Call is one call to a provider: the texts, and what the policies ask of
+// this attempt. It is passed explicitly (as failsafe-go passes its
+// Execution), never in the context, which carries only the call's
+// cancellation and deadline.
+type Call struct {
+	// Texts holds the texts to label, at least one.
+	Texts []string
+	// WaitForModel asks an HF server to hold the call while a loading model
+	// comes up (it sends X-Wait-For-Model: 1).
+	WaitForModel bool
+	// AttemptTimeout lets this attempt take up to that long when it is
+	// longer than the client's timeout: a call that asks the server to hold
+	// it while a model loads must be allowed to wait for it.
+	AttemptTimeout time.Duration
+	// ScaleUp asks an endpoint other than the router to hold the call until
+	// a replica is up (X-Scale-Up-Timeout: the seconds left before ctx's
+	// deadline), and gives the attempt that long: the proxy of an Inference
+	// Endpoint scaled to zero then holds it, instead of answering 503.
+	ScaleUp bool
+}
+
+// Classifier labels texts: one attempt per Classify, never retried.
+// Implementations must be safe for concurrent use. On failure the error is
+// a *Error (or the context's error when ctx ended).
 type Classifier interface {
-	Classify(ctx context.Context, texts []string) (Answer, error)
+	Classify(ctx context.Context, call Call) (Answer, error)
 	// Model names the model this classifier asks.
 	Model() string
 }
 
-// Trace collects what happened during one row's calls. The engine puts one
-// in the context (like net/http/httptrace) so that decorators deep in the
-// chain can report without widening the Classifier interface.
-type Trace struct {
-	attempts  atomic.Int32
-	fallbacks atomic.Int32
-	first     atomic.Int64 // unix nanoseconds of the first call sent, 0 before
-	// fallbackOf is set on the trace handed to a fallback model: its calls
-	// count into that trace's fallbacks.
-	fallbackOf *Trace
-}
-
-// Attempts is the number of calls actually sent to the primary provider.
-func (t *Trace) Attempts() int { return int(t.attempts.Load()) }
-
-// FallbackAttempts is the number of calls sent to the fallback model.
-func (t *Trace) FallbackAttempts() int { return int(t.fallbacks.Load()) }
-
-// Fallback returns the trace a fallback model's calls are recorded in.
-func (t *Trace) Fallback() *Trace { return &Trace{fallbackOf: t} }
-
-// FirstAttempt is when the first call was sent; ok is false if none was.
-// The time a row waited before it (for the rate limit, the adaptive limit, a
-// cooldown) is waiting, not time at the provider.
-func (t *Trace) FirstAttempt() (at time.Time, ok bool) {
-	ns := t.first.Load()
-	return time.Unix(0, ns), ns != 0
-}
-
-// AddAttempt records one call sent, now.
-func (t *Trace) AddAttempt() {
-	if p := t.fallbackOf; p != nil {
-		p.first.CompareAndSwap(0, time.Now().UnixNano())
-		p.fallbacks.Add(1)
-		return
-	}
-	t.first.CompareAndSwap(0, time.Now().UnixNano())
-	t.attempts.Add(1)
-}
-
-type traceKey struct{}
-
-// WithTrace returns a context carrying t.
-func WithTrace(ctx context.Context, t *Trace) context.Context {
-	return context.WithValue(ctx, traceKey{}, t)
-}
-
-// TraceFrom returns the trace in ctx, or nil.
-func TraceFrom(ctx context.Context) *Trace {
-	t, _ := ctx.Value(traceKey{}).(*Trace)
-	return t
-}
-
-type waitForModelKey struct{}
-
-// WithWaitForModel asks the HF client to send X-Wait-For-Model: 1, which the
-// API honours by holding the request until a loading model is ready.
-func WithWaitForModel(ctx context.Context) context.Context {
-	return context.WithValue(ctx, waitForModelKey{}, true)
-}
-
-func waitForModel(ctx context.Context) bool {
-	v, _ := ctx.Value(waitForModelKey{}).(bool)
-	return v
-}
-
-type scaleUpKey struct{}
-
-// WithScaleUp asks the HF client to send X-Scale-Up-Timeout (the seconds
-// left before ctx's deadline) to an endpoint other than the router, and to
-// give the attempt that long: the proxy of an Inference Endpoint scaled to
-// zero then holds the call until a replica is up, instead of answering 503.
-func WithScaleUp(ctx context.Context) context.Context {
-	return context.WithValue(ctx, scaleUpKey{}, true)
-}
-
-func scaleUp(ctx context.Context) bool {
-	v, _ := ctx.Value(scaleUpKey{}).(bool)
-	return v
-}
-
-type attemptTimeoutKey struct{}
-
-// WithAttemptTimeout lets one attempt take up to d when that is longer than
-// the client's timeout: a call that asks the API to hold it while a model
-// loads must be allowed to wait for it.
-func WithAttemptTimeout(ctx context.Context, d time.Duration) context.Context {
-	return context.WithValue(ctx, attemptTimeoutKey{}, d)
-}
-
-func attemptTimeout(ctx context.Context, d time.Duration) time.Duration {
-	if v, ok := ctx.Value(attemptTimeoutKey{}).(time.Duration); ok && v > d {
-		return v
-	}
-	return d
+// attemptTimeout is how long an attempt may take: the client's timeout d,
+// or the call's own when it is longer.
+func (c Call) attemptTimeout(d time.Duration) time.Duration {
+	return max(d, c.AttemptTimeout)
 }

@@ -8,34 +8,13 @@ import (
 	"math"
 	"strconv"
 	"strings"
+
+	"github.com/hfsent/hfsent/internal/outcome"
 )
 
-// Colours by outcome: greens for answers, greys for rows never sent, warm
-// colours for provider failures.
-var palette = map[string]string{
-	"success":                   "#2e9e44",
-	"fallback":                  "#17a2b8",
-	"invalid_input":             "#8c8c8c",
-	"local_capacity":            "#7b4fbf",
-	"upstream_timeout":          "#f28e1c",
-	"upstream_rate_limited":     "#e3b505",
-	"upstream_failed":           "#d62728",
-	"upstream_request_rejected": "#8c564b",
-	"upstream_auth":             "#7f0000",
-	"upstream_quota":            "#a0522d",
-	"upstream_not_found":        "#5c3c1e",
-	"upstream_endpoint":         "#b03060",
-	"upstream_payload":          "#e377c2",
-	"circuit_open":              "#1f5fbf",
-	"not_attempted":             "#c7c7c7",
-}
-
-func colour(o string) string {
-	if c, ok := palette[o]; ok {
-		return c
-	}
-	return "#444444"
-}
+// colour is an outcome's colour, from the outcome table (a dark grey for
+// a code it does not know).
+func colour(o string) string { return outcome.Code(o).Colour() }
 
 // Layout, in SVG user units (pixels).
 const (

@@ -27,14 +27,12 @@ type textStub struct {
 
 func (s *textStub) Model() string { return s.model }
 
-func (s *textStub) Classify(ctx context.Context, texts []string) (provider.Answer, error) {
+func (s *textStub) Classify(ctx context.Context, call provider.Call) (provider.Answer, error) {
+	texts := call.Texts
 	s.calls.Add(1)
 	cur := s.inFlight.Add(1)
 	defer s.inFlight.Add(-1)
 	for m := s.maxIn.Load(); cur > m && !s.maxIn.CompareAndSwap(m, cur); m = s.maxIn.Load() {
-	}
-	if tr := provider.TraceFrom(ctx); tr != nil {
-		tr.AddAttempt()
 	}
 	if !sleep(ctx, nil, time.Millisecond) {
 		return provider.Answer{}, ctx.Err()
@@ -47,12 +45,12 @@ func (s *textStub) Classify(ctx context.Context, texts []string) (provider.Answe
 	return provider.Answer{Predictions: []provider.Prediction{{Label: "POSITIVE", Score: 0.9}}, Model: s.model}, nil
 }
 
-func classifyText(cls provider.Classifier, text string, deadline time.Duration) (provider.Answer, int, error) {
+func classifyText(cls *Guard, text string, deadline time.Duration) (provider.Answer, int, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), deadline)
 	defer cancel()
-	tr := &provider.Trace{}
-	ans, err := cls.Classify(provider.WithTrace(ctx, tr), []string{text})
-	return ans, tr.Attempts(), err
+	row := &Row{}
+	ans, err := cls.Classify(ctx, row, []string{text})
+	return ans, row.Attempts(), err
 }
 
 // A few poison texts, each failing every one of its five attempts, must not

@@ -27,7 +27,7 @@ import (
 //   - Probes are sent by rows that have not failed yet, while there are
 //     such rows waiting: a poison text probing would keep it open for ever.
 type breaker struct {
-	inner    provider.Classifier
+	inner    attempter
 	cb       circuitbreaker.CircuitBreaker[any]
 	log      *slog.Logger
 	counters *Counters
@@ -51,7 +51,7 @@ type breaker struct {
 	causes  map[string]int // of the failures recorded since the last change
 }
 
-func newBreaker(inner provider.Classifier, cfg Config, slots *Slots, run *runState) *breaker {
+func newBreaker(inner attempter, cfg Config, slots *Slots, run *runState) *breaker {
 	b := &breaker{inner: inner, log: cfg.Logger, counters: cfg.Counters, slots: slots, cfg: cfg, run: run,
 		changed: make(chan struct{}), causes: map[string]int{}}
 	probes := uint(cfg.BreakerProbes)
@@ -64,8 +64,6 @@ func newBreaker(inner provider.Classifier, cfg Config, slots *Slots, run *runSta
 		Build()
 	return b
 }
-
-func (b *breaker) Model() string { return b.inner.Model() }
 
 func (b *breaker) closed() bool { return b.cb.IsClosed() && b.external() == 0 }
 
@@ -88,15 +86,14 @@ func (b *breaker) openUntil(t time.Time) {
 	}
 }
 
-func (b *breaker) Classify(ctx context.Context, texts []string) (provider.Answer, error) {
-	row := rowFrom(ctx)
-	b.decided(row)
+func (b *breaker) attempt(ctx context.Context, row *Row, c provider.Call) (provider.Answer, error) {
+	b.decided(&row.rowState)
 	if b.external() > 0 {
 		return provider.Answer{}, errOpen()
 	}
 	// Not closed: open with its cooldown perhaps over, the next permit
 	// being the first probe, or already half-open.
-	if row != nil && row.failed && !b.cb.IsClosed() && b.fresh.Load() > 0 {
+	if row.failed && !b.cb.IsClosed() && b.fresh.Load() > 0 {
 		return provider.Answer{}, errOpen()
 	}
 	if !b.cb.TryAcquirePermit() {
@@ -106,17 +103,15 @@ func (b *breaker) Classify(ctx context.Context, texts []string) (provider.Answer
 	if probe && !b.run.succeeded.Load() {
 		// Nothing has answered yet: the endpoint may be scaled to zero, so
 		// a probe asks its proxy to hold it until a replica is up.
-		ctx = provider.WithScaleUp(ctx)
+		c.ScaleUp = true
 	}
-	ans, err := b.inner.Classify(ctx, texts)
+	ans, err := b.inner.attempt(ctx, row, c)
 	switch {
 	case err == nil:
 		b.cb.RecordSuccess()
 	case isFailure(err):
-		first := row == nil || !row.counted
-		if row != nil {
-			row.failed, row.counted = true, true
-		}
+		first := !row.counted
+		row.failed, row.counted = true, true
 		// A probe's verdict always counts, or the breaker would stay
 		// half-open for good.
 		if probe || first {
@@ -138,18 +133,18 @@ func (b *breaker) Classify(ctx context.Context, texts []string) (provider.Answer
 	return ans, err
 }
 
-// isFailure is what counts toward opening the breaker: 5xx, timeouts and
-// connection errors. A 503 "model is loading" is a warm-up with an estimated
-// time, not an outage, so it does not count.
 // decided takes a fresh row that waited out of the count once the breaker
 // decides on it again (or it gives up).
 func (b *breaker) decided(row *rowState) {
-	if row != nil && row.freshWait {
+	if row.freshWait {
 		row.freshWait = false
 		b.fresh.Add(-1)
 	}
 }
 
+// isFailure is what counts toward opening the breaker: 5xx, timeouts and
+// connection errors. A 503 "model is loading" is a warm-up with an estimated
+// time, not an outage, so it does not count.
 func isFailure(err error) bool {
 	pe, ok := provider.AsError(err)
 	if !ok {
@@ -181,7 +176,7 @@ func (b *breaker) wait(ctx context.Context, row *rowState, stop <-chan struct{})
 	if b.cb.IsClosed() && ext == 0 {
 		return nil
 	}
-	if row != nil && !row.failed && !row.freshWait {
+	if !row.failed && !row.freshWait {
 		row.freshWait = true
 		b.fresh.Add(1)
 	}

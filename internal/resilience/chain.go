@@ -9,7 +9,14 @@
 //	  gate  (shared cooldown, then a slot)              per attempt
 //	    breaker (permit; a row's failures count once)    per attempt
 //	      rate limit (--rps, --burst)                    per attempt
-//	        meter (counters) -> client                   per attempt
+//	        meter (attempts, timings) -> client          per attempt
+//
+// Every provider goes through a Guard, the embedded model too (Plain: the
+// bound on calls in flight and the meter, nothing else). The row's state
+// travels explicitly, as failsafe-go passes its Execution: the caller's
+// *Row to Classify, then to each layer beside the context, which carries
+// only cancellation and deadlines; each attempt's provider.Call says what
+// the layers ask of it.
 //
 // A slot is held for one attempt only: a row waiting for its next attempt
 // (backoff, a cooldown, an open breaker) holds none, so -c bounds calls in
@@ -75,6 +82,21 @@ type Config struct {
 	// Fallback answers rows while the breaker is open; nil means rows wait.
 	Fallback provider.Classifier
 
+	// Plain applies no policy but the bound on calls in flight
+	// (Concurrency), and records the calls: no retry, breaker, rate limit,
+	// pause, fallback or verdict on the endpoint. It is for a provider that
+	// cannot fail and recover (the embedded model).
+	Plain bool
+	// WarmUpOnly asks a row again only while the provider warms up: a
+	// loading model (for as long as Retries and the row's deadline allow),
+	// or an endpoint that may be starting a replica (once, asking its proxy
+	// to hold the call); any other answer is the row's. It is for a
+	// preflight (check), which reports that answer rather than retry it.
+	WarmUpOnly bool
+	// OnRetry, when set, is told of each failure a row is about to wait
+	// out before its next call, and for how long (it must be quick).
+	OnRetry func(err *provider.Error, wait time.Duration)
+
 	// OnPause, when set, is told when a 429 made this process pause every
 	// call, and until when; OnOpen when its breaker opened, and until when
 	// it will not probe. Processes that share a provider account (queue
@@ -127,27 +149,46 @@ func (c *Config) defaults() {
 	if c.Counters == nil {
 		c.Counters = &Counters{}
 	}
+	if c.Plain {
+		c.Retries, c.RPS, c.Adaptive, c.Fallback = 0, 0, false, nil
+	}
 }
 
 // Guard is the guarded classifier: the client wrapped in every policy. It
-// is the one classifier classify, serve and worker call.
+// is the one path classify, serve, worker and check send their calls by.
 type Guard struct {
-	inner    provider.Classifier // gate -> breaker -> rate -> meter -> client
-	fallback provider.Classifier // gate -> rate -> fallback meter -> fallback; nil: rows wait
+	client   provider.Classifier
+	inner    attempter // gate -> breaker -> rate -> meter -> client
+	fallback attempter // gate -> rate -> fallback meter -> fallback; nil: rows wait
+	fbModel  string    // the fallback's model
 	slots    *Slots
-	br       *breaker
+	br       *breaker // nil when Plain
 	cool     *cooldown
 	run      *runState
 	cfg      Config
 }
 
+// attempter is one layer an attempt goes through. The row is passed
+// explicitly, as failsafe-go's policies pass their Execution; the call says
+// what the layers above ask of this attempt (a layer may add to its copy).
+type attempter interface {
+	attempt(ctx context.Context, r *Row, c provider.Call) (provider.Answer, error)
+}
+
 // Build wraps client in the policies of cfg.
 func Build(client provider.Classifier, cfg Config) *Guard {
 	cfg.defaults()
-	g := &Guard{cfg: cfg, run: &runState{verdict: newVerdict()}}
+	g := &Guard{client: client, cfg: cfg, run: &runState{verdict: newVerdict()}}
 	g.slots = NewSlots(cfg.Concurrency, cfg.Adaptive, cfg.Counters)
+	m := &meter{client: client, c: cfg.Counters, run: g.run, judge: !cfg.Plain}
+	if cfg.Plain {
+		// Nothing to judge of an endpoint, and no pause to share.
+		g.run.verdict.decide(serves, nil)
+		g.inner = &gate{inner: m, slots: g.slots}
+		return g
+	}
 	g.cool = &cooldown{slots: g.slots, max: cfg.MaxRetryAfter, log: cfg.Logger, c: cfg.Counters, onPause: cfg.OnPause}
-	var chain provider.Classifier = &meter{inner: client, c: cfg.Counters, run: g.run}
+	var chain attempter = m
 	var limiter *rateLayer
 	if cfg.RPS > 0 {
 		limiter = newRateLayer(cfg.RPS, cfg.Burst)
@@ -156,17 +197,18 @@ func Build(client provider.Classifier, cfg Config) *Guard {
 	g.br = newBreaker(chain, cfg, g.slots, g.run)
 	g.inner = &gate{inner: g.br, slots: g.slots, cool: g.cool}
 	if cfg.Fallback != nil {
-		var fb provider.Classifier = &fallbackMeter{inner: cfg.Fallback, c: cfg.Counters}
+		var fb attempter = &fallbackMeter{client: cfg.Fallback, c: cfg.Counters}
 		if limiter != nil {
 			fb = limiter.wrap(fb)
 		}
 		g.fallback = &gate{inner: fb, slots: g.slots}
+		g.fbModel = cfg.Fallback.Model()
 	}
 	return g
 }
 
 // Model names the primary model.
-func (g *Guard) Model() string { return g.br.Model() }
+func (g *Guard) Model() string { return g.client.Model() }
 
 // Slots is the calls-in-flight bound the engine takes a row's first slot
 // from (its admission).
@@ -175,6 +217,14 @@ func (g *Guard) Slots() *Slots { return g.slots }
 // Counters is what the policies saw.
 func (g *Guard) Counters() *Counters { return g.cfg.Counters }
 
+// Stats is a copy of the counters; elapsed is the run's wall time, for
+// calls/s.
+func (g *Guard) Stats(elapsed time.Duration) Stats {
+	s := g.cfg.Counters.Snapshot(elapsed)
+	s.Policies = !g.cfg.Plain
+	return s
+}
+
 // HasFallback reports whether rows are answered by a fallback model while
 // the breaker is open.
 func (g *Guard) HasFallback() bool { return g.fallback != nil }
@@ -182,6 +232,9 @@ func (g *Guard) HasFallback() bool { return g.fallback != nil }
 // BreakerOpen reports whether the breaker refuses calls now, and for how
 // much longer before it probes (0 when probing).
 func (g *Guard) BreakerOpen() (open bool, remaining time.Duration) {
+	if g.br == nil {
+		return false, 0
+	}
 	if ext := g.br.external(); ext > 0 {
 		return true, max(ext, g.br.cb.RemainingDelay())
 	}
@@ -211,20 +264,41 @@ func (g *Guard) OnDown(f func(cause string)) {
 }
 
 // Cooldown is how long new calls must still wait after a 429.
-func (g *Guard) Cooldown() time.Duration { return max(0, g.cool.remaining()) }
+func (g *Guard) Cooldown() time.Duration {
+	if g.cool == nil {
+		return 0
+	}
+	return max(0, g.cool.remaining())
+}
 
 // PauseUntil holds every new call back until t, as a 429 seen here would:
-// another process sharing the account saw one.
+// another process sharing the account saw one. (A Plain guard has no
+// account to share: it ignores it.)
 func (g *Guard) PauseUntil(t time.Time) {
-	if d := time.Until(t); d > 0 {
+	if d := time.Until(t); d > 0 && !g.cfg.Plain {
 		g.slots.Pause(d)
 	}
 }
 
 // OpenUntil refuses every call until t, as an open breaker does (rows wait,
 // or the fallback answers): another process sharing the provider saw it
-// fail and is probing it.
-func (g *Guard) OpenUntil(t time.Time) { g.br.openUntil(t) }
+// fail and is probing it. (A Plain guard has no breaker: it ignores it.)
+func (g *Guard) OpenUntil(t time.Time) {
+	if g.br != nil {
+		g.br.openUntil(t)
+	}
+}
+
+// closed reports whether calls may go to the primary provider: its breaker
+// is closed (a Plain guard has none).
+func (g *Guard) closed() bool { return g.br == nil || g.br.closed() }
+
+// decided takes a row that waited for the breaker out of its count.
+func (g *Guard) decided(r *Row) {
+	if g.br != nil {
+		g.br.decided(&r.rowState)
+	}
+}
 
 // errOpen is what an attempt gets when the breaker refuses it. It is a
 // provider error (circuit_open), so that if it escapes the row is recorded
@@ -285,125 +359,118 @@ const (
 	waitCall
 )
 
-// rowState is what the layers know about one row's calls. A row's layers
-// run on one goroutine, one after the other, so it needs no lock.
+// Row is one row's (or one batch's) passage through the guard: what the
+// caller asks of it, set before Classify, and what the layers learn of it
+// as its calls go, read after. It is passed explicitly to Classify and to
+// every layer, as failsafe-go passes its Execution; a row's layers run on
+// one goroutine, one after the other, so it needs no lock. A Row is for
+// one Classify.
+type Row struct {
+	// Permit is the slot the caller's admission took for the row's first
+	// attempt (nil: the first attempt takes its own). The guard takes it
+	// (Permit is nil after Classify); the caller should Cancel it after the
+	// call anyway, a no-op once it was used.
+	Permit *Permit
+	// Stop, when closed, sends nothing more (an interrupt, --max-duration):
+	// waits for a slot, the rate limit, a cooldown, a backoff or the
+	// breaker end there, while calls already sent go on under the context.
+	Stop <-chan struct{}
+	// FailFast: the row does not wait for an open breaker (it ends
+	// circuit_open at once, unless a fallback answers) nor for a cooldown
+	// longer than its deadline allows. A server answers such requests at
+	// once with a Retry-After instead of holding them.
+	FailFast bool
+	// WaitForModel: every call asks the API to hold it while a loading
+	// model comes up (X-Wait-For-Model), from the first; a loading answer
+	// then says the API does not hold calls there, and its estimate is
+	// waited before the next call. For a preflight (check), whose one call
+	// may wait for the model.
+	WaitForModel bool
+
+	rowState
+}
+
+// Attempts is the number of calls sent to the primary provider for the
+// row, the verdict's sample text included.
+func (r *Row) Attempts() int { return r.sent + r.sampled }
+
+// FallbackAttempts is the number of calls sent to the fallback model.
+func (r *Row) FallbackAttempts() int { return r.fallbacks }
+
+// FirstAttempt is when the row's first call (to either model) was sent; ok
+// is false if none was. The time it waited before (for the rate limit, the
+// adaptive limit, a cooldown) is waiting, not time at the provider.
+func (r *Row) FirstAttempt() (at time.Time, ok bool) { return r.first, !r.first.IsZero() }
+
+// rowState is what the layers know about one row's calls.
 type rowState struct {
-	sent      int       // calls sent to the primary provider
-	sentAt    time.Time // when the last one was sent
+	sent      int       // calls sent to the primary provider by the row's loop
+	sampled   int       // the verdict's sample texts sent on the row's behalf
+	fallbacks int       // calls sent to the fallback model
+	first     time.Time // when its first call (to either model) was sent
+	sentAt    time.Time // when the last primary call was sent
 	last      error     // the last real provider error
 	failed    bool      // an attempt failed in a way that counts for the breaker
 	timedOut  bool      // an attempt timed out
 	freshWait bool      // counted among the breaker's fresh waiters
 	counted   bool      // and that failure is already in the breaker's rate
 	waiting   waitKind
-	// handoff is the slot the engine's admission took for the first attempt.
-	handoff *Permit
 	// A loading model: later attempts ask the API to hold the call until it
-	// is up, and may take that long.
+	// is up, and may take that long. waitFromStart: the caller asked so for
+	// every call (Row.WaitForModel).
 	waitForModel   bool
+	waitFromStart  bool
 	attemptTimeout time.Duration
 	// An endpoint that may be scaled to zero answered 503 before it ever
-	// answered: later attempts ask its proxy to hold them (WithScaleUp).
-	scaleUp bool
+	// answered: later attempts ask its proxy to hold them (Call.ScaleUp).
+	// coldRetried: such a 503, not a loading model's, was asked again.
+	scaleUp     bool
+	coldRetried bool
 }
 
-func (r *rowState) wait(k waitKind) {
-	if r != nil {
-		r.waiting = k
-	}
+func (r *rowState) wait(k waitKind) { r.waiting = k }
+
+// call is the provider.Call of the row's next attempt.
+func (r *rowState) call(texts []string) provider.Call {
+	return provider.Call{Texts: texts, WaitForModel: r.waitForModel, AttemptTimeout: r.attemptTimeout, ScaleUp: r.scaleUp}
 }
 
-type rowKey struct{}
-
-func withRow(ctx context.Context, s *rowState) context.Context {
-	return context.WithValue(ctx, rowKey{}, s)
-}
-
-func rowFrom(ctx context.Context) *rowState {
-	s, _ := ctx.Value(rowKey{}).(*rowState)
-	return s
-}
-
-type permitKey struct{}
-
-// handoff carries the admission's slot to the first attempt that takes it.
-type handoff struct{ p atomic.Pointer[Permit] }
-
-// WithPermit hands the slot the caller's admission took to the first
-// attempt sent under ctx (later ones take their own). The caller must
-// Cancel it after the call: a no-op once used.
-func WithPermit(ctx context.Context, p *Permit) context.Context {
-	h := &handoff{}
-	h.p.Store(p)
-	return context.WithValue(ctx, permitKey{}, h)
-}
-
-func takePermit(ctx context.Context) *Permit {
-	if h, ok := ctx.Value(permitKey{}).(*handoff); ok {
-		return h.p.Swap(nil)
-	}
-	return nil
-}
-
-type stopKey struct{}
-
-// WithStop returns a context in which no call is sent after stop is closed
-// (an interrupt, --max-duration): waits for a slot, the rate limit, a
-// cooldown, a backoff or the breaker end there, while calls already sent
-// go on under ctx.
-func WithStop(ctx context.Context, stop <-chan struct{}) context.Context {
-	return context.WithValue(ctx, stopKey{}, stop)
-}
-
-func stopFrom(ctx context.Context) <-chan struct{} {
-	ch, _ := ctx.Value(stopKey{}).(<-chan struct{})
-	return ch
-}
-
-type failFastKey struct{}
-
-// WithFailFast returns a context in which a row does not wait for an open
-// breaker (it ends circuit_open at once, unless a fallback answers) nor for
-// a cooldown longer than its deadline allows: a server answers such
-// requests at once with a Retry-After instead of holding them.
-func WithFailFast(ctx context.Context) context.Context {
-	return context.WithValue(ctx, failFastKey{}, true)
-}
-
-func failFast(ctx context.Context) bool {
-	v, _ := ctx.Value(failFastKey{}).(bool)
-	return v
-}
-
-// meter counts every call sent to the primary provider, remembers the row's
-// last real answer, and notices a provider that cannot be reached at all.
+// meter records every call sent to the primary provider, in the one place
+// where attempts and timings are counted (the row's, the counters'),
+// remembers the row's last real answer, and notices a provider that cannot
+// be reached at all.
 type meter struct {
-	inner provider.Classifier
-	c     *Counters
-	run   *runState
+	client provider.Classifier
+	c      *Counters
+	run    *runState
+	// judge: the answers are evidence about the endpoint (the verdict, an
+	// unreachable provider); not for a Plain guard's client.
+	judge bool
 	// answered is set once any call got an HTTP answer; until then,
 	// connectFailures counts the calls that could not connect.
 	answered        atomic.Bool
 	connectFailures atomic.Int32
 }
 
-func (m *meter) Model() string { return m.inner.Model() }
-
-func (m *meter) Classify(ctx context.Context, texts []string) (provider.Answer, error) {
-	row := rowFrom(ctx)
-	if row != nil {
-		row.sent++
-		row.sentAt = time.Now()
-		row.waiting = waitCall
-		if row.sent > 1 {
-			m.c.Retries.Add(1)
-		}
+func (m *meter) attempt(ctx context.Context, r *Row, c provider.Call) (provider.Answer, error) {
+	r.waiting = waitCall
+	if err := ctx.Err(); err != nil {
+		// The row ended before its call went: nothing is sent, or counted.
+		return provider.Answer{}, err
+	}
+	start := time.Now()
+	r.sent++
+	r.sentAt = start
+	if r.first.IsZero() {
+		r.first = start
+	}
+	if r.sent > 1 {
+		m.c.Retries.Add(1)
 	}
 	m.c.Calls.Add(1)
 	m.c.callStarted()
-	start := time.Now()
 	m.run.first.CompareAndSwap(0, start.UnixNano())
-	ans, err := m.inner.Classify(ctx, texts)
+	ans, err := m.client.Classify(ctx, c)
 	d := time.Since(start)
 	m.c.callEnded(d)
 	if m.c.Observe != nil {
@@ -412,65 +479,88 @@ func (m *meter) Classify(ctx context.Context, texts []string) (provider.Answer, 
 	if err == nil {
 		m.run.succeeded.Store(true)
 	}
-	err = m.run.verdict.observe(ctx, texts, err, m.sample)
+	if pe, ok := provider.AsError(err); ok {
+		switch pe.Outcome {
+		case outcome.UpstreamRateLimited:
+			m.c.RateLimited.Add(1)
+		case outcome.UpstreamTimeout:
+			m.c.Timeouts.Add(1)
+		}
+	}
+	if m.judge {
+		err = m.judged(ctx, r, c, err)
+	}
+	if _, ok := provider.AsError(err); ok {
+		r.last = err
+	}
+	return ans, err
+}
+
+// judged is err as evidence about the endpoint: the verdict's (a refusal
+// of every call, proved with a sample), and whether the provider can be
+// reached at all.
+func (m *meter) judged(ctx context.Context, r *Row, c provider.Call, err error) error {
+	err = m.run.verdict.observe(ctx, c.Texts, err, m.sampler(err, r, c))
 	pe, ok := provider.AsError(err)
-	if !ok {
+	switch {
+	case !ok:
 		if err == nil {
 			m.answered.Store(true)
 		}
-		return ans, err
-	}
-	switch pe.Outcome {
-	case outcome.UpstreamRateLimited:
-		m.c.RateLimited.Add(1)
-	case outcome.UpstreamTimeout:
-		m.c.Timeouts.Add(1)
-	}
-	if pe.Status != 0 {
+	case pe.Status != 0:
 		m.answered.Store(true)
-	} else if pe.Connect && !m.answered.Load() && m.connectFailures.Add(1) >= UnreachableAfter {
+	case pe.Connect && !m.answered.Load() && m.connectFailures.Add(1) >= UnreachableAfter:
 		// No call has ever got an answer and every one so far failed to
 		// connect: nothing will, so say so rather than retry for the
 		// row deadline.
 		pe = pe.Clone()
 		pe.Unreachable = true
-		err = pe
+		return pe
 	}
-	if row != nil {
-		row.last = err
-	}
-	return ans, err
+	return err
 }
 
-// sample sends the verdict's harmless sample text: a call like any other
-// for the counters, outside the breaker and the limits.
-func (m *meter) sample(ctx context.Context, texts []string) (provider.Answer, error) {
-	m.c.Calls.Add(1)
-	ans, err := m.inner.Classify(ctx, texts)
-	if err == nil {
-		m.run.succeeded.Store(true)
+// sampler is how the verdict sends its harmless sample text on the row's
+// behalf: a call like any other for the row's attempts and the counters,
+// with the same hints as the call that prompted it, outside the breaker and
+// the limits. Only a refusal of one text can prompt it (nil otherwise: no
+// closure on the way of every call).
+func (m *meter) sampler(err error, r *Row, c provider.Call) func(context.Context, []string) (provider.Answer, error) {
+	if pe, ok := provider.AsError(err); !ok || pe.Outcome != outcome.UpstreamRequestRejected || len(c.Texts) != 1 {
+		return nil
 	}
-	return ans, err
+	return func(ctx context.Context, texts []string) (provider.Answer, error) {
+		m.c.Calls.Add(1)
+		r.sampled++
+		sc := c
+		sc.Texts = texts
+		ans, err := m.client.Classify(ctx, sc)
+		if err == nil {
+			m.run.succeeded.Store(true)
+		}
+		return ans, err
+	}
 }
 
 // UnreachableAfter is how many calls must fail to connect, with none ever
 // answered, before the provider is called unreachable.
 const UnreachableAfter = 3
 
-// fallbackMeter counts the fallback model's calls apart from the primary's.
+// fallbackMeter records the fallback model's calls apart from the
+// primary's.
 type fallbackMeter struct {
-	inner provider.Classifier
-	c     *Counters
+	client provider.Classifier
+	c      *Counters
 }
 
-func (m *fallbackMeter) Model() string { return m.inner.Model() }
-
-func (m *fallbackMeter) Classify(ctx context.Context, texts []string) (provider.Answer, error) {
-	m.c.FallbackCalls.Add(1)
-	// The fallback's calls are not the primary's attempts: it counts into
-	// the trace's fallback count.
-	if tr := provider.TraceFrom(ctx); tr != nil {
-		ctx = provider.WithTrace(ctx, tr.Fallback())
+func (m *fallbackMeter) attempt(ctx context.Context, r *Row, c provider.Call) (provider.Answer, error) {
+	if err := ctx.Err(); err != nil {
+		return provider.Answer{}, err
 	}
-	return m.inner.Classify(ctx, texts)
+	m.c.FallbackCalls.Add(1)
+	r.fallbacks++
+	if r.first.IsZero() {
+		r.first = time.Now()
+	}
+	return m.client.Classify(ctx, c)
 }

@@ -73,8 +73,12 @@ func (c *Counters) Limit() int { return int(c.limit.Load()) }
 
 // Stats is a plain copy of the counters for summaries.
 type Stats struct {
-	Calls           int64
-	Retries         int64
+	// Policies: the calls went through the policies (retries, limits, the
+	// breaker); false for a Plain guard's, which only bounds and counts them.
+	Policies        bool
+	Calls           int64 // calls sent to the primary provider, retries included
+	Retries         int64 // calls after the first of a row
+	FallbackCalls   int64 // calls sent to the fallback model
 	RateLimited     int64
 	Timeouts        int64
 	BreakerOpenings int64
@@ -98,6 +102,7 @@ func (c *Counters) Snapshot(elapsed time.Duration) Stats {
 	s := Stats{
 		Calls:           c.Calls.Load(),
 		Retries:         c.Retries.Load(),
+		FallbackCalls:   c.FallbackCalls.Load(),
 		RateLimited:     c.RateLimited.Load(),
 		Timeouts:        c.Timeouts.Load(),
 		BreakerOpenings: c.BreakerOpenings.Load(),

@@ -85,9 +85,9 @@ func TestDownSinceTheStartIsTold(t *testing.T) {
 	errs := make(chan error, 8)
 	for range 8 {
 		wg.Go(func() {
-			ctx, cancel := context.WithTimeout(WithStop(context.Background(), stop), time.Minute)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			_, err := g.Classify(provider.WithTrace(ctx, &provider.Trace{}), []string{"it works"})
+			_, err := g.Classify(ctx, &Row{Stop: stop}, []string{"it works"})
 			errs <- err
 		})
 	}

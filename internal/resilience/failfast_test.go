@@ -11,7 +11,7 @@ import (
 	"github.com/hfsent/hfsent/internal/provider"
 )
 
-// TestFailFastDoesNotWaitPastTheDeadline: under WithFailFast (a server), a
+// TestFailFastDoesNotWaitPastTheDeadline: with Row.FailFast (a server), a
 // retry whose wait (here a 429's Retry-After) ends past the row's deadline
 // is not waited for: the row ends at once with the provider's answer and
 // its Retry-After.
@@ -23,7 +23,7 @@ func TestFailFastDoesNotWaitPastTheDeadline(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	begin := time.Now()
-	_, err := g.Classify(WithFailFast(ctx), []string{"it works"})
+	_, err := g.Classify(ctx, &Row{FailFast: true}, []string{"it works"})
 	pe, ok := provider.AsError(err)
 	if !ok || pe.Outcome != outcome.UpstreamRateLimited || pe.RetryAfter != 30*time.Second {
 		t.Fatalf("err %v, want upstream_rate_limited with Retry-After 30s", err)

@@ -14,20 +14,15 @@ import (
 // flight; a row that must wait for a cooldown gives back the slot its
 // admission took rather than sit on it.
 type gate struct {
-	inner provider.Classifier
+	inner attempter
 	slots *Slots
-	cool  *cooldown // nil: no shared cooldown (the fallback model)
+	cool  *cooldown // nil: no shared cooldown (the fallback model, a Plain guard)
 }
 
-func (g *gate) Model() string { return g.inner.Model() }
-
-func (g *gate) Classify(ctx context.Context, texts []string) (provider.Answer, error) {
-	row := rowFrom(ctx)
-	var p *Permit
-	if row != nil {
-		p, row.handoff = row.handoff, nil
-	}
-	if p != nil && closed(stopFrom(ctx)) {
+func (g *gate) attempt(ctx context.Context, r *Row, c provider.Call) (provider.Answer, error) {
+	p := r.Permit
+	r.Permit = nil
+	if p != nil && closed(r.Stop) {
 		// Admitted, but sending stopped before it went: not sent.
 		p.Cancel()
 		return provider.Answer{}, errStopped
@@ -40,24 +35,24 @@ func (g *gate) Classify(ctx context.Context, texts []string) (provider.Answer, e
 		p = nil
 	}
 	if p == nil {
-		if paused > 0 && failFast(ctx) && !fitsDeadline(ctx, paused) {
+		if paused > 0 && r.FailFast && !fitsDeadline(ctx, paused) {
 			return provider.Answer{}, &provider.Error{Outcome: outcome.UpstreamRateLimited, RetryAfter: paused,
 				Msg: fmt.Sprintf("not sent: the provider asked for a pause of %s (HTTP 429 Retry-After)", paused.Round(time.Second))}
 		}
 		if paused > 0 {
-			row.wait(waitCooldown)
+			r.wait(waitCooldown)
 		} else {
-			row.wait(waitSlot)
+			r.wait(waitSlot)
 		}
 		var err error
-		if p, err = g.slots.acquire(ctx, stopFrom(ctx), g.cool == nil); err != nil {
+		if p, err = g.slots.acquire(ctx, r.Stop, g.cool == nil); err != nil {
 			return provider.Answer{}, err
 		}
 	}
-	ans, err := g.inner.Classify(ctx, texts)
-	if row != nil && isTimeout(err) {
-		p.again = row.timedOut
-		row.timedOut = true
+	ans, err := g.inner.attempt(ctx, r, c)
+	if isTimeout(err) {
+		p.again = r.timedOut
+		r.timedOut = true
 	}
 	p.Release(err)
 	if pe, ok := provider.AsError(err); ok && g.cool != nil && pe.Outcome == outcome.UpstreamRateLimited &&

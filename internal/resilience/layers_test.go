@@ -29,7 +29,7 @@ type stub struct {
 
 func (s *stub) Model() string { return s.model }
 
-func (s *stub) Classify(ctx context.Context, texts []string) (provider.Answer, error) {
+func (s *stub) Classify(ctx context.Context, _ provider.Call) (provider.Answer, error) {
 	n := s.calls.Add(1)
 	cur := s.inFlight.Add(1)
 	defer s.inFlight.Add(-1)
@@ -38,9 +38,6 @@ func (s *stub) Classify(ctx context.Context, texts []string) (provider.Answer, e
 	s.mu.Lock()
 	s.at = append(s.at, time.Now())
 	s.mu.Unlock()
-	if tr := provider.TraceFrom(ctx); tr != nil {
-		tr.AddAttempt()
-	}
 	if !sleep(ctx, nil, s.latency) {
 		return provider.Answer{}, ctx.Err()
 	}
@@ -342,9 +339,8 @@ func TestStopEndsTheWaitForAnOpenBreaker(t *testing.T) {
 	}
 	stop := make(chan struct{})
 	time.AfterFunc(100*time.Millisecond, func() { close(stop) })
-	ctx := WithStop(context.Background(), stop)
 	start := time.Now()
-	_, err := cls.Classify(ctx, []string{"x"})
+	_, err := cls.Classify(context.Background(), &Row{Stop: stop}, []string{"x"})
 	if !IsStopped(err) || time.Since(start) > 5*time.Second {
 		t.Fatalf("got %v after %s, want the row ended unsent when sending stopped", err, time.Since(start))
 	}

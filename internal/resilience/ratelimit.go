@@ -18,28 +18,25 @@ func newRateLayer(rps float64, burst int) *rateLayer {
 	return &rateLayer{lim: rate.NewLimiter(rate.Limit(rps), burst)}
 }
 
-func (r *rateLayer) wrap(inner provider.Classifier) provider.Classifier {
+func (r *rateLayer) wrap(inner attempter) attempter {
 	return &rated{inner: inner, lim: r.lim}
 }
 
 type rated struct {
-	inner provider.Classifier
+	inner attempter
 	lim   *rate.Limiter
 }
 
-func (r *rated) Model() string { return r.inner.Model() }
-
-func (r *rated) Classify(ctx context.Context, texts []string) (provider.Answer, error) {
+func (r *rated) attempt(ctx context.Context, row *Row, c provider.Call) (provider.Answer, error) {
 	// Reserve and sleep rather than lim.Wait: Wait fails at once when the
 	// token comes after the deadline, which would end the row early with an
 	// error that is not the context's; and the wait must also end when
 	// sending stops.
-	rowFrom(ctx).wait(waitRate)
+	row.wait(waitRate)
 	res := r.lim.Reserve()
-	stop := stopFrom(ctx)
-	if !sleep(ctx, stop, res.Delay()) {
+	if !sleep(ctx, row.Stop, res.Delay()) {
 		res.Cancel()
-		return provider.Answer{}, stopOrCtx(ctx, stop)
+		return provider.Answer{}, stopOrCtx(ctx, row.Stop)
 	}
-	return r.inner.Classify(ctx, texts)
+	return r.inner.attempt(ctx, row, c)
 }

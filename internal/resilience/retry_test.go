@@ -43,13 +43,13 @@ func startFake(t *testing.T, f *fakehf.Fake) *provider.HF {
 	return hf
 }
 
-// classifyRow calls cls the way the engine does, with a trace and a deadline.
-func classifyRow(cls provider.Classifier, deadline time.Duration) (provider.Answer, int, error) {
+// classifyRow calls cls the way the engine does, with a row and a deadline.
+func classifyRow(cls *Guard, deadline time.Duration) (provider.Answer, int, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), deadline)
 	defer cancel()
-	tr := &provider.Trace{}
-	ans, err := cls.Classify(provider.WithTrace(ctx, tr), []string{"it works"})
-	return ans, tr.Attempts(), err
+	row := &Row{}
+	ans, err := cls.Classify(ctx, row, []string{"it works"})
+	return ans, row.Attempts(), err
 }
 
 func TestRetryAfterSecondsIsHonoured(t *testing.T) {

@@ -13,78 +13,81 @@ import (
 
 // Classify runs one row (or one batch of texts) through the policies: it
 // sends it, retries what may recover, and while the breaker is open has the
-// fallback answer or waits, all within the row's context.
+// fallback answer or waits, all within ctx's deadline. r says what the
+// caller asks of the row, and records its attempts.
 //
 // The retry loop is written here rather than with failsafe-go's retry
 // policy because its budget must span the waits for the breaker: a row is
 // sent at most Retries+1 times in all, and a failsafe execution starts a
 // fresh count each time it is run.
-func (g *Guard) Classify(ctx context.Context, texts []string) (provider.Answer, error) {
-	row := &rowState{handoff: takePermit(ctx)}
-	defer g.br.decided(row) // a row that gives up while waiting
-	ctx = withRow(ctx, row)
-	stop := stopFrom(ctx)
+func (g *Guard) Classify(ctx context.Context, r *Row, texts []string) (provider.Answer, error) {
+	defer g.decided(r) // a row that gives up while waiting
+	if r.WaitForModel {
+		r.waitForModel, r.waitFromStart = true, true
+	}
 	for {
-		actx := ctx
-		if row.waitForModel {
-			actx = provider.WithAttemptTimeout(provider.WithWaitForModel(ctx), row.attemptTimeout)
-		}
-		if row.scaleUp {
-			actx = provider.WithScaleUp(actx)
-		}
-		ans, err := g.inner.Classify(actx, texts)
+		ans, err := g.inner.attempt(ctx, r, r.call(texts))
 		if err == nil {
 			return ans, nil
 		}
 		if isOpen(err) {
 			// Refused by the breaker: nothing was sent.
-			if ans, ok := g.tryFallback(ctx, texts); ok {
+			if ans, ok := g.tryFallback(ctx, r, texts); ok {
 				return ans, nil
 			}
-			if failFast(ctx) {
+			if r.FailFast {
 				return provider.Answer{}, g.openError()
 			}
-			if werr := g.br.wait(ctx, row, stop); werr != nil {
-				return provider.Answer{}, g.end(ctx, row, werr)
+			if werr := g.br.wait(ctx, &r.rowState, r.Stop); werr != nil {
+				return provider.Answer{}, g.end(ctx, &r.rowState, werr)
 			}
 			continue
 		}
 		if IsStopped(err) || isCtxErr(err) {
-			return provider.Answer{}, g.end(ctx, row, err)
+			return provider.Answer{}, g.end(ctx, &r.rowState, err)
 		}
 		pe, ok := provider.AsError(err)
 		if !ok || !pe.Retryable() || pe.Unreachable {
+			return provider.Answer{}, err
+		}
+		if g.cfg.WarmUpOnly && !pe.Loading && (!pe.Cold || r.coldRetried) {
+			// Not warming up (or a replica still not up to a call its
+			// proxy was asked to hold): this is the row's answer.
 			return provider.Answer{}, err
 		}
 		if pe.Cold {
 			// The endpoint may be starting a replica: the next calls ask
 			// its proxy to hold them until one is up (and may take that
 			// long).
-			row.scaleUp = true
+			r.scaleUp = true
+			r.coldRetried = r.coldRetried || !pe.Loading
 		}
-		outage := isFailure(err) && !g.br.closed()
-		if row.sent > g.cfg.Retries {
+		outage := isFailure(err) && !g.closed()
+		if r.sent > g.cfg.Retries {
 			// One view of an outage: a row whose last call failed as the
 			// breaker opened is answered by the fallback like a row that
 			// met the open breaker. It has no call left to send.
 			if outage && g.fallback != nil {
-				return g.fallbackWhileOpen(ctx, row, texts, err)
+				return g.fallbackWhileOpen(ctx, r, texts, err)
 			}
 			return provider.Answer{}, err
 		}
 		if outage {
 			continue // the next attempt meets the open breaker and waits there
 		}
-		d := g.retryDelay(pe, row)
+		d := g.retryDelay(pe, &r.rowState)
 		if !fitsDeadline(ctx, d) {
 			// A wait that ends past the row's deadline is not waited
 			// (a server does not hold its caller through it either): the
 			// answer, and its Retry-After, are known now.
 			return provider.Answer{}, err
 		}
-		row.wait(waitBackoff)
-		if !sleep(ctx, stop, d) {
-			return provider.Answer{}, g.end(ctx, row, stopOrCtx(ctx, stop))
+		r.wait(waitBackoff)
+		if g.cfg.OnRetry != nil {
+			g.cfg.OnRetry(pe, d)
+		}
+		if !sleep(ctx, r.Stop, d) {
+			return provider.Answer{}, g.end(ctx, &r.rowState, stopOrCtx(ctx, r.Stop))
 		}
 	}
 }
@@ -92,7 +95,8 @@ func (g *Guard) Classify(ctx context.Context, texts []string) (provider.Answer, 
 // retryDelay is the wait before the row's next call: what the provider
 // asked for (Retry-After, or the RateLimit header's reset), capped; about a
 // second for a loading model (the next call asks the API to hold it until
-// the model is up, as huggingface_hub does); else exponential backoff with
+// the model is up, as huggingface_hub does), or its estimate when the call
+// had asked that from the start (Row.WaitForModel); else exponential backoff with
 // jitter, counted from when the failed call was sent, so a call that took
 // long to fail is not made to wait twice. A 429 that says nothing of when
 // backs off from RateLimitBackoff, four times the base: a quota frees up
@@ -101,6 +105,15 @@ func (g *Guard) retryDelay(pe *provider.Error, row *rowState) time.Duration {
 	if pe.Loading {
 		row.waitForModel = true
 		row.attemptTimeout = max(g.cfg.Timeout, min(pe.RetryAfter, g.cfg.MaxRetryAfter)+30*time.Second)
+		if row.waitFromStart {
+			// The call asked to be held and was not: the API does not hold
+			// calls there (a dedicated endpoint scaling from zero), so its
+			// estimate is waited.
+			if pe.RetryAfter <= 0 {
+				return time.Second
+			}
+			return min(pe.RetryAfter, g.cfg.MaxRetryAfter)
+		}
 		return time.Second
 	}
 	if pe.RetryAfter > 0 {
@@ -135,15 +148,15 @@ func Backoff(n int, base, maxWait time.Duration) time.Duration {
 // fallbackWhileOpen asks the fallback for a row with no call left, again
 // after each failure, for as long as the breaker stays open (then the row
 // ends with its last failure, err) and its context allows.
-func (g *Guard) fallbackWhileOpen(ctx context.Context, row *rowState, texts []string, err error) (provider.Answer, error) {
-	for !g.br.closed() {
-		if ans, ok := g.tryFallback(ctx, texts); ok {
+func (g *Guard) fallbackWhileOpen(ctx context.Context, r *Row, texts []string, err error) (provider.Answer, error) {
+	for !g.closed() {
+		if ans, ok := g.tryFallback(ctx, r, texts); ok {
 			return ans, nil
 		}
-		if failFast(ctx) {
+		if r.FailFast {
 			break
 		}
-		if werr := g.br.wait(ctx, row, stopFrom(ctx)); werr != nil {
+		if werr := g.br.wait(ctx, &r.rowState, r.Stop); werr != nil {
 			break
 		}
 	}
@@ -151,11 +164,11 @@ func (g *Guard) fallbackWhileOpen(ctx context.Context, row *rowState, texts []st
 }
 
 // tryFallback asks the fallback model, when there is one.
-func (g *Guard) tryFallback(ctx context.Context, texts []string) (provider.Answer, bool) {
+func (g *Guard) tryFallback(ctx context.Context, r *Row, texts []string) (provider.Answer, bool) {
 	if g.fallback == nil {
 		return provider.Answer{}, false
 	}
-	ans, err := g.fallback.Classify(ctx, texts)
+	ans, err := g.fallback.attempt(ctx, r, provider.Call{Texts: texts})
 	if err != nil {
 		// The row goes back to waiting for the breaker.
 		g.cfg.Logger.Debug("fallback model failed", "err", err)
@@ -163,7 +176,7 @@ func (g *Guard) tryFallback(ctx context.Context, texts []string) (provider.Answe
 	}
 	ans.Fallback = true
 	if ans.Model == "" {
-		ans.Model = g.fallback.Model()
+		ans.Model = g.fbModel
 	}
 	g.cfg.Counters.FallbackRows.Add(int64(len(texts)))
 	return ans, true

@@ -88,7 +88,6 @@ func start(t *testing.T, f *fakehf.Fake, tune ...func(*setup)) *harness {
 	log := slog.New(slog.NewJSONHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	st.res.Logger = log
 	st.cfg.Logger = log
-	st.cfg.Pipeline.Concurrency = st.res.Concurrency
 	h.s = New(resilience.Build(client, st.res), m, st.cfg)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -22,13 +22,13 @@ import (
 // a text that asks for it.
 type panicky struct{ provider.Classifier }
 
-func (p panicky) Classify(ctx context.Context, texts []string) (provider.Answer, error) {
-	for _, t := range texts {
+func (p panicky) Classify(ctx context.Context, call provider.Call) (provider.Answer, error) {
+	for _, t := range call.Texts {
 		if strings.Contains(t, "#boom") {
 			panic("boom")
 		}
 	}
-	return p.Classifier.Classify(ctx, texts)
+	return p.Classifier.Classify(ctx, call)
 }
 
 // TestSlotsReleasedOnEveryPath: after 100 requests that time out, 100 whose

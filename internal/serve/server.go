@@ -19,17 +19,15 @@ import (
 	"github.com/hfsent/hfsent/internal/engine"
 	"github.com/hfsent/hfsent/internal/input"
 	"github.com/hfsent/hfsent/internal/outcome"
-	"github.com/hfsent/hfsent/internal/provider"
 	"github.com/hfsent/hfsent/internal/resilience"
 	"github.com/hfsent/hfsent/internal/results"
 )
 
 // Config sets up a server. Zero values take the defaults noted.
 type Config struct {
-	// Pipeline is the engine's configuration: Concurrency (when the
-	// classifier brings no slots of its own), AdmissionWait, Rules,
+	// Pipeline is the engine's configuration: AdmissionWait, Rules,
 	// BatchSize, BatchWait (default 5ms here), Dedupe, DedupeSize,
-	// ShedStandingQueue (--shed: serve turns it on). The server sets the
+	// ShedStandingQueue (--shed: serve turns it on), Advice. The server sets the
 	// rest: a request never waits for an open breaker or a long cooldown
 	// (FailFast), a 401/402/404 answers the request and the server goes
 	// on (no StopOnFatal), RowDeadline is RequestTimeout.
@@ -128,7 +126,7 @@ func (c *Config) defaults() {
 // listener until its context ends, then drains.
 type Server struct {
 	cfg     Config
-	guard   *resilience.Guard // nil for a classifier without policies (--provider local)
+	guard   *resilience.Guard
 	p       *engine.Pipeline
 	m       *Metrics
 	log     *slog.Logger
@@ -150,10 +148,10 @@ type Server struct {
 	afterSubmit func(*http.Request)
 }
 
-// New starts the pipeline in front of cls and returns the server. m must
-// be the Metrics whose counters cls reports into (NewMetrics, then
-// resilience.Build with the same counters).
-func New(cls provider.Classifier, m *Metrics, cfg Config) *Server {
+// New starts the pipeline in front of g, the guarded provider, and returns
+// the server. m must be the Metrics whose counters g reports into
+// (NewMetrics, then resilience.Build with the same counters).
+func New(g *resilience.Guard, m *Metrics, cfg Config) *Server {
 	cfg.defaults()
 	pc := cfg.Pipeline
 	pc.FailFast = true
@@ -167,9 +165,8 @@ func New(cls provider.Classifier, m *Metrics, cfg Config) *Server {
 	if m == nil {
 		m = NewMetrics(nil)
 	}
-	s := &Server{cfg: cfg, m: m, log: cfg.Logger, budget: newBudget(cfg.BodyBudget)}
-	s.guard, _ = cls.(*resilience.Guard)
-	s.p = engine.NewPipeline(context.Background(), cls, pc)
+	s := &Server{cfg: cfg, guard: g, m: m, log: cfg.Logger, budget: newBudget(cfg.BodyBudget)}
+	s.p = engine.NewPipeline(context.Background(), g, pc)
 	// The engine's defaults (the text limit, the slots), as the pipeline
 	// applies them: requests are validated by the rules it uses.
 	s.rules = s.p.Config().Rules
@@ -245,7 +242,7 @@ func (s *Server) Ready() (ready bool, reason string, retry time.Duration) {
 	if s.draining.Load() {
 		return false, "draining", 0
 	}
-	if s.guard != nil && !s.guard.HasFallback() {
+	if !s.guard.HasFallback() {
 		if open, rem := s.guard.BreakerOpen(); open {
 			return false, string(outcome.CircuitOpen), rem
 		}
@@ -290,18 +287,8 @@ func notSent() results.Row {
 }
 
 // breakerOpen and cooldown are the guard's, for the metrics and
-// Retry-After (none without a guard).
+// Retry-After.
 
-func (s *Server) breakerOpen() (bool, time.Duration) {
-	if s.guard == nil {
-		return false, 0
-	}
-	return s.guard.BreakerOpen()
-}
+func (s *Server) breakerOpen() (bool, time.Duration) { return s.guard.BreakerOpen() }
 
-func (s *Server) cooldown() time.Duration {
-	if s.guard == nil {
-		return 0
-	}
-	return s.guard.Cooldown()
-}
+func (s *Server) cooldown() time.Duration { return s.guard.Cooldown() }

@@ -13,7 +13,8 @@ import (
 )
 
 // providerOptions are the provider and limit flags that classify, serve and
-// worker share.
+// worker share. Every command builds its provider from them, or (check)
+// from its own, through one place: open, then openGuard.
 type providerOptions struct {
 	provider       string
 	model          string
@@ -35,29 +36,57 @@ type providerOptions struct {
 	fallbackModel    string
 	billTo           string
 
-	// flags tells which flags were given (for --provider local's warning).
+	// flags tells which flags were given.
 	flags *pflag.FlagSet
 }
 
-func addProviderFlags(fs *pflag.FlagSet, o *providerOptions) {
+// providerUse is how a command registers the provider flags: the defaults
+// and help that differ between a batch (classify, worker) and a server.
+type providerUse struct {
+	admissionWait     time.Duration
+	admissionWaitHelp string
+	retries           int
+	retriesHelp       string
+	fallbackHelp      string
+	// noRowDeadline: the command bounds a row with a flag of its own, so
+	// --row-deadline is hidden (and refused).
+	noRowDeadline bool
+}
+
+// batchProvider is classify's and the worker's use of the provider flags.
+var batchProvider = providerUse{
+	admissionWaitHelp: "how long a row may wait for a free slot, from when it is read; past it the row is local_capacity and not sent (0: wait as long as needed, up to " + show(maxAdmissionWait) + "; meant for bursts, leave 0 for batches)",
+	retries:           4,
+	retriesHelp:       "retries after a failure that may recover (connection errors, timeouts, 408, 429, 424, 500/502/503/504, 520-524), with exponential backoff and jitter (longer after a 429 that gives no time), honouring Retry-After and the Hub's RateLimit reset up to --row-deadline; a row is sent at most N+1 times in all (" + rangeHelp(0, maxRetries) + ")",
+	fallbackHelp:      "model id, or local, that answers rows while the breaker is open, and rows whose last call failed as it opened (default: none, rows wait for recovery)",
+}
+
+// providerHelp is --provider's help: the kinds (provider.Kinds) and what
+// each needs.
+const providerHelp = "hf: the Hugging Face API and servers that read its requests (needs a token unless --endpoint is set); tei: a text-embeddings-inference server's /predict (needs --endpoint; an --endpoint ending in /predict is read as tei); local: the embedded offline model, no network, no token"
+
+func addProviderFlags(fs *pflag.FlagSet, o *providerOptions, use providerUse) {
 	o.flags = fs
-	fs.StringVar(&o.provider, "provider", "hf", "hf: the Hugging Face API and servers that read its requests (needs a token unless --endpoint is set); tei: a text-embeddings-inference server's /predict (needs --endpoint; an --endpoint ending in /predict is read as tei); local: the embedded offline model, no network, no token")
+	fs.StringVar(&o.provider, "provider", "hf", providerHelp)
 	fs.StringVar(&o.model, "model", provider.DefaultModel, "model id")
 	fs.StringVar(&o.endpoint, "endpoint", "", "full http(s) URL to POST to, e.g. a dedicated Inference Endpoint or a local server; {model} is replaced\n(default "+provider.DefaultEndpoint+")")
 	fs.IntVarP(&o.concurrency, "concurrency", "c", 8, "calls in flight at most; a row waiting for a retry holds no slot ("+rangeHelp(1, maxConcurrency)+"; with --batch-size, at most "+show(maxTextsInFlight)+" texts in flight)")
 	fs.BoolVar(&o.adaptive, "adaptive", false, "find the provider's real capacity below --concurrency (lowers on 429s, and on timeouts when they are widespread; raises on success)")
-	fs.DurationVar(&o.admissionWait, "admission-wait", 0, "how long a row may wait for a free slot, from when it is read; past it the row is local_capacity and not sent (0: wait as long as needed, up to "+show(maxAdmissionWait)+"; meant for bursts, leave 0 for batches)")
+	fs.DurationVar(&o.admissionWait, "admission-wait", use.admissionWait, use.admissionWaitHelp)
 	fs.Float64Var(&o.rps, "rps", 0, "provider calls per second, retries included (0: no limit, else "+rangeHelp(minRPS, maxRPS)+")")
 	fs.IntVar(&o.burst, "burst", 1, "calls allowed at once above --rps ("+rangeHelp(1, maxBurst)+")")
 	fs.DurationVar(&o.timeout, "timeout", 12*time.Second, "one attempt, end to end ("+rangeHelp(minTimeout, maxTimeout)+")")
 	fs.DurationVar(&o.connectTimeout, "connect-timeout", 3*time.Second, "connection set-up ("+rangeHelp(minTimeout, maxConnectTimeout)+")")
 	fs.DurationVar(&o.rowDeadline, "row-deadline", 10*time.Minute, "all attempts and waits of one row (a call to an endpoint scaled to zero may wait for its replica that long); past it the row ends with its last outcome, or circuit_open ("+rangeHelp(minTimeout, maxRowDeadline)+")")
-	fs.IntVar(&o.retries, "retries", 4, "retries after a failure that may recover (connection errors, timeouts, 408, 429, 424, 500/502/503/504, 520-524), with exponential backoff and jitter (longer after a 429 that gives no time), honouring Retry-After and the Hub's RateLimit reset up to --row-deadline; a row is sent at most N+1 times in all ("+rangeHelp(0, maxRetries)+")")
+	if use.noRowDeadline {
+		_ = fs.MarkHidden("row-deadline")
+	}
+	fs.IntVar(&o.retries, "retries", use.retries, use.retriesHelp)
 	fs.Float64Var(&o.breakerThreshold, "breaker-threshold", 0.3, "failure rate that opens the circuit breaker (5xx, timeouts, connection errors count, a row's repeated failures once; 429 and 4xx do not) ("+rangeHelp(minThreshold, 1.0)+")")
 	fs.DurationVar(&o.breakerWindow, "breaker-window", 60*time.Second, "window over which the failure rate is measured ("+rangeHelp(minBreakerWindow, maxBreakerWindow)+")")
 	fs.IntVar(&o.breakerMinCalls, "breaker-min-calls", 20, "calls in the window before the rate counts ("+rangeHelp(1, maxMinCalls)+")")
 	fs.DurationVar(&o.breakerCooldown, "breaker-cooldown", 60*time.Second, "time the breaker stays open before a probe ("+rangeHelp(minTimeout, maxCooldown)+")")
-	fs.StringVar(&o.fallbackModel, "fallback-model", "", "model id, or local, that answers rows while the breaker is open, and rows whose last call failed as it opened (default: none, rows wait for recovery)")
+	fs.StringVar(&o.fallbackModel, "fallback-model", "", use.fallbackHelp)
 	addBillToFlag(fs, &o.billTo)
 }
 
@@ -83,19 +112,19 @@ func checkBillTo(v string) error {
 	return nil
 }
 
-// hfOnlyFlags are the provider flags that only the Hugging Face client and
-// the policies around it read: --provider local ignores them.
-var hfOnlyFlags = []string{"model", "endpoint", "adaptive", "rps", "burst", "timeout", "connect-timeout", "retries",
+// remoteFlags are the provider flags that only a remote provider (HTTP)
+// and the policies around it read: --provider local ignores them.
+var remoteFlags = []string{"model", "endpoint", "adaptive", "rps", "burst", "timeout", "connect-timeout", "retries",
 	"breaker-threshold", "breaker-window", "breaker-min-calls", "breaker-cooldown", "fallback-model", "bill-to"}
 
 // ignoredFlags lists the flags given on the command line that this run
 // ignores.
 func (o *providerOptions) ignoredFlags() []string {
-	if o.provider != "local" || o.flags == nil {
+	if k, _ := provider.KindOf(o.provider); k.Remote || o.flags == nil {
 		return nil
 	}
 	var out []string
-	for _, name := range hfOnlyFlags {
+	for _, name := range remoteFlags {
 		if o.flags.Changed(name) {
 			out = append(out, "--"+name)
 		}
@@ -116,16 +145,34 @@ func checkEndpoint(endpoint, model string) error {
 	return nil
 }
 
+// checkKind refuses a --provider that is no kind (remote only: one that
+// check can ask), or one that needs --endpoint without it.
+func checkKind(name, endpoint string, remoteOnly bool) (provider.Kind, error) {
+	var names []string
+	for _, k := range provider.Kinds() {
+		if k.Remote || !remoteOnly {
+			names = append(names, k.Name)
+		}
+	}
+	k, ok := provider.KindOf(name)
+	switch {
+	case !ok || remoteOnly && !k.Remote:
+		want := strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
+		if remoteOnly {
+			want += " (check asks an HTTP endpoint)"
+		}
+		return k, usageErrorf("--provider %q: want %s", name, want)
+	case k.Endpoint != "" && endpoint == "":
+		return k, usageErrorf("--provider %s needs --endpoint: %s", k.Name, k.Endpoint)
+	}
+	return k, nil
+}
+
 // validate checks the flags before anything is opened or sent.
 func (o *providerOptions) validate() error {
-	switch o.provider {
-	case "hf", "local":
-	case provider.APITEI:
-		if o.endpoint == "" {
-			return usageErrorf("--provider tei needs --endpoint: the URL of the server's /predict, e.g. http://127.0.0.1:8080/predict")
-		}
-	default:
-		return usageErrorf("--provider %q: want hf, tei or local", o.provider)
+	kind, err := checkKind(o.provider, o.endpoint, false)
+	if err != nil {
+		return err
 	}
 	if err := checkBillTo(o.billTo); err != nil {
 		return err
@@ -154,12 +201,12 @@ func (o *providerOptions) validate() error {
 	if fb := strings.TrimSpace(o.fallbackModel); o.fallbackModel != "" && (fb == "" || fb == o.model) {
 		return usageErrorf("--fallback-model must name another model (or local), got %q", o.fallbackModel)
 	}
-	if o.provider != "local" {
+	if kind.Remote {
 		if err := checkEndpoint(o.endpoint, o.model); err != nil {
 			return err
 		}
 		if fb := strings.TrimSpace(o.fallbackModel); fb != "" && fb != "local" {
-			if _, err := provider.EndpointURL(o.fallbackEndpoint(), fb); err != nil {
+			if _, err := provider.EndpointURL(fallbackEndpoint(o.endpoint), fb); err != nil {
 				return usageError(fmt.Errorf("--fallback-model: %w", err))
 			}
 		}
@@ -167,17 +214,26 @@ func (o *providerOptions) validate() error {
 	return nil
 }
 
-// build makes the classifier chain: the provider client, wrapped by the
-// policies the flags ask for (internal/resilience: a *resilience.Guard),
-// which report into counters (nil: not reported). tune, if any, adjust the
-// policies' configuration before they are built (hooks, a command's own
-// defaults). With --provider local the embedded model is returned alone.
-func (o *providerOptions) build(ios *IOStreams, log *slog.Logger, counters *resilience.Counters, tune ...func(*resilience.Config)) (provider.Classifier, error) {
-	if o.provider == "local" {
+// open builds the guarded provider the flags ask for (openGuard), its
+// policies reporting into counters (nil: not reported). tune, if any,
+// adjust the policies' configuration before they are built (hooks, a
+// command's own defaults). The token is looked for only for a remote
+// provider; the embedded model is guarded Plain, and told which of the
+// flags given it ignores.
+func (o *providerOptions) open(ios *IOStreams, log *slog.Logger, counters *resilience.Counters, tune ...func(*resilience.Config)) (*resilience.Guard, error) {
+	kind, _ := provider.KindOf(o.provider)
+	spec := guardSpec{kind: kind, fallback: strings.TrimSpace(o.fallbackModel)}
+	if !kind.Remote {
 		if ignored := o.ignoredFlags(); len(ignored) > 0 {
-			log.Warn("--provider local ignores " + strings.Join(ignored, ", ") + ": they apply to the Hugging Face API only")
+			log.Warn("--provider " + kind.Name + " ignores " + strings.Join(ignored, ", ") + ": they apply to the Hugging Face API only")
 		}
-		return provider.NewLocal(), nil
+		spec.fallback = ""
+		spec.policies = resilience.Config{Plain: true, Concurrency: o.concurrency, Logger: log, Counters: counters}
+		for _, t := range tune {
+			t(&spec.policies)
+		}
+		g, _, err := openGuard(spec)
+		return g, err
 	}
 	tok, err := provider.ResolveToken(ios.getenv)
 	if err != nil {
@@ -190,7 +246,7 @@ func (o *providerOptions) build(ios *IOStreams, log *slog.Logger, counters *resi
 		}
 		return nil, usageErrorf("no Hugging Face token: set HF_TOKEN=hf_... (or %s), or use --provider local to run offline", login)
 	}
-	hf, err := provider.NewHF(provider.HFConfig{
+	spec.client = provider.Spec{
 		Model:          o.model,
 		Endpoint:       o.endpoint,
 		Token:          tok.Value,
@@ -198,22 +254,10 @@ func (o *providerOptions) build(ios *IOStreams, log *slog.Logger, counters *resi
 		Timeout:        o.timeout,
 		ConnectTimeout: o.connectTimeout,
 		UserAgent:      "hfsent/" + version,
-		API:            o.api(),
 		BillTo:         o.billTo,
 		Logger:         log,
-	})
-	if err != nil {
-		return nil, usageError(fmt.Errorf("--endpoint %w", err))
 	}
-	if o.provider == "hf" && hf.API() == provider.APITEI {
-		log.Info("--endpoint ends in /predict: sending text-embeddings-inference's requests (as --provider tei)")
-	}
-	log.Debug("provider", "url", hf.URL(), "api", hf.API(), "token", tok.String())
-	fb, err := o.buildFallback(tok.Value)
-	if err != nil {
-		return nil, err
-	}
-	cfg := resilience.Config{
+	spec.policies = resilience.Config{
 		Retries: o.retries,
 		// A Retry-After or a RateLimit reset is honoured up to the row's
 		// deadline (and a shared pause lasts that long at most).
@@ -227,70 +271,84 @@ func (o *providerOptions) build(ios *IOStreams, log *slog.Logger, counters *resi
 		BreakerWindow:    o.breakerWindow,
 		BreakerMinCalls:  o.breakerMinCalls,
 		BreakerCooldown:  o.breakerCooldown,
-		Fallback:         fb,
 		Logger:           log,
 		Counters:         counters,
 	}
 	for _, t := range tune {
-		t(&cfg)
+		t(&spec.policies)
 	}
-	return resilience.Build(hf, cfg), nil
+	g, info, err := openGuard(spec)
+	if err != nil {
+		return nil, err
+	}
+	if kind.Name == "hf" && info.API == provider.APITEI {
+		log.Info("--endpoint ends in /predict: sending text-embeddings-inference's requests (as --provider tei)")
+	}
+	log.Debug("provider", "url", info.URL, "api", info.API, "token", tok.String())
+	return g, nil
 }
 
-// api is the request format --provider asks for ("": chosen by the URL).
-func (o *providerOptions) api() string {
-	if o.provider == provider.APITEI {
-		return provider.APITEI
-	}
-	return ""
+// guardSpec is what a guarded provider is made of: the kind of provider
+// and its client's settings, the policies around it, and the fallback
+// model ("", "local" or a model id asked as fallbackEndpoint says).
+type guardSpec struct {
+	kind     provider.Kind
+	client   provider.Spec
+	policies resilience.Config
+	fallback string
 }
 
-// fallbackAPI is the request format of the fallback's endpoint: the
-// router's when it is asked there, else what --provider says.
-func fallbackAPI(endpoint, api string) string {
-	if endpoint == "" {
-		return provider.APIHF
+// openGuard is the one place a provider is built, whatever its kind, with
+// its fallback and the guard around both: classify, serve, the worker and
+// check all come here.
+func openGuard(s guardSpec) (*resilience.Guard, provider.Info, error) {
+	client, info, err := s.kind.New(s.client)
+	if err != nil {
+		return nil, info, usageError(fmt.Errorf("--endpoint %w", err))
 	}
-	return api
+	fb, err := s.fallbackClient()
+	if err != nil {
+		return nil, info, err
+	}
+	s.policies.Fallback = fb
+	return resilience.Build(client, s.policies), info, nil
+}
+
+// fallbackClient makes the --fallback-model client: the embedded model, or
+// another model of the same kind (a fixed --endpoint without {model}
+// cannot name another model, so the default router is asked then, in its
+// own request format). It logs nothing of its own.
+func (s guardSpec) fallbackClient() (provider.Classifier, error) {
+	switch s.fallback {
+	case "":
+		return nil, nil
+	case "local":
+		k, _ := provider.KindOf("local")
+		fb, _, err := k.New(provider.Spec{})
+		return fb, err
+	}
+	ep := fallbackEndpoint(s.client.Endpoint)
+	if ep == "" && s.client.Token == "" {
+		return nil, usageErrorf("--fallback-model %s is asked on the Hugging Face API, which needs a token; set HF_TOKEN, use --fallback-model local, or an --endpoint with {model}", s.fallback)
+	}
+	kind := s.kind
+	if ep == "" {
+		kind, _ = provider.KindOf("hf")
+	}
+	spec := s.client
+	spec.Model, spec.Endpoint, spec.Client, spec.Logger = s.fallback, ep, nil, nil
+	fb, _, err := kind.New(spec)
+	if err != nil {
+		return nil, usageError(fmt.Errorf("--fallback-model: %w", err))
+	}
+	return fb, nil
 }
 
 // fallbackEndpoint is where --fallback-model is asked: --endpoint when it
 // has {model}, else the default router ("").
-func (o *providerOptions) fallbackEndpoint() string {
-	if strings.Contains(o.endpoint, "{model}") {
-		return o.endpoint
+func fallbackEndpoint(endpoint string) string {
+	if strings.Contains(endpoint, "{model}") {
+		return endpoint
 	}
 	return ""
-}
-
-// buildFallback makes the --fallback-model client: the embedded model, or
-// another model on the same API (a fixed --endpoint without {model} cannot
-// name another model, so the default router is used then).
-func (o *providerOptions) buildFallback(token string) (provider.Classifier, error) {
-	switch id := strings.TrimSpace(o.fallbackModel); id {
-	case "":
-		return nil, nil
-	case "local":
-		return provider.NewLocal(), nil
-	default:
-		ep := o.fallbackEndpoint()
-		if ep == "" && token == "" {
-			return nil, usageErrorf("--fallback-model %s is asked on the Hugging Face API, which needs a token; set HF_TOKEN, use --fallback-model local, or an --endpoint with {model}", id)
-		}
-		fb, err := provider.NewHF(provider.HFConfig{
-			Model:          id,
-			Endpoint:       ep,
-			Token:          token,
-			Concurrency:    o.concurrency,
-			Timeout:        o.timeout,
-			ConnectTimeout: o.connectTimeout,
-			UserAgent:      "hfsent/" + version,
-			API:            fallbackAPI(ep, o.api()),
-			BillTo:         o.billTo,
-		})
-		if err != nil {
-			return nil, usageError(fmt.Errorf("--fallback-model: %w", err))
-		}
-		return fb, nil
-	}
 }
