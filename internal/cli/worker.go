@@ -179,7 +179,7 @@ func runWorker(ctx context.Context, o *workerOptions, ios *IOStreams, log *slog.
 			}
 		}
 	}()
-	runErr := w.Run(ctx, p, guard)
+	runErr := w.Run(ctx, p)
 	p.Close()
 	close(stopBar)
 	<-barDone

@@ -138,17 +138,14 @@ func (w *Worker) Stats() WorkerStats {
 	return s
 }
 
-// Run claims rows, feeds them through p (whose classifier is g, or nil when
-// it is not a guarded one) and writes their results until ctx ends, the
-// pipeline stops for good (a provider that cannot serve: p.StopReason), or,
-// with ExitWhenDone, the batch is done. On the way out, calls in flight
-// finish and are written, and rows claimed but not started are given back.
-func (w *Worker) Run(ctx context.Context, p *engine.Pipeline, g *resilience.Guard) error {
-	var gd guard
-	if g != nil {
-		gd = g
-	}
-	return w.run(ctx, p, gd)
+// Run claims rows, feeds them through p and writes their results until ctx
+// ends, the pipeline stops for good (a provider that cannot serve:
+// p.StopReason), or, with ExitWhenDone, the batch is done. The loop asks
+// p's guard whether calls are held back (a pause, an open breaker) and
+// shares the batch's with it. On the way out, calls in flight finish and
+// are written, and rows claimed but not started are given back.
+func (w *Worker) Run(ctx context.Context, p *engine.Pipeline) error {
+	return w.run(ctx, p, p.Guard())
 }
 
 // run is Run on the loop's interfaces (the loop's tests give it fakes): the

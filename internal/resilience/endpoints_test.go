@@ -58,10 +58,19 @@ func TestRateLimitWithoutHeaderBacksOffLonger(t *testing.T) {
 		if d < ceil/2-time.Millisecond || d > ceil {
 			t.Fatalf("retry %d after a bare 429: %s, want within [%s, %s]", n, d, ceil/2, ceil)
 		}
+		ceil5 := min(cfg.BackoffBase<<(n-1), cfg.BackoffMax)
+		if e < ceil5/2-time.Millisecond || e > ceil5 {
+			t.Fatalf("retry %d after a 503: %s, want within [%s, %s]", n, e, ceil5/2, ceil5)
+		}
+		// The fixed half of a 429's backoff is twice the longest a 5xx's
+		// can be: longer on every retry, whatever the jitter draws.
+		if d <= e {
+			t.Fatalf("retry %d: %s after a bare 429, %s after a 503", n, d, e)
+		}
 		total429 += d
 		total5xx += e
 	}
-	if total429 < 7*time.Second || total429 < 3*total5xx {
+	if total429 < 7*time.Second || total429 <= total5xx {
 		t.Fatalf("four retries after bare 429s wait %s in all (after 5xx: %s)", total429, total5xx)
 	}
 }
