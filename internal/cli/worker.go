@@ -93,7 +93,7 @@ func (o *workerOptions) validate() error {
 	for _, err := range []error{
 		inRange("--lease", o.lease, minLease, maxLease, "the batch's"),
 		inRange("--poll", o.poll, 10*time.Millisecond, maxPollInterval, ""),
-		o.eng.validate(o.prov.concurrency),
+		o.eng.validate(&o.prov),
 		o.prog.validate(),
 	} {
 		if err != nil {

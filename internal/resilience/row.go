@@ -50,6 +50,10 @@ func (g *Guard) Classify(ctx context.Context, r *Row, texts []string) (provider.
 		if !ok || !pe.Retryable() || pe.Unreachable {
 			return provider.Answer{}, err
 		}
+		if pe.Outcome.Retry() == outcome.RetryOnce && r.sent > 1 {
+			// Asked again once already (a chat answer naming no label).
+			return provider.Answer{}, err
+		}
 		if g.cfg.WarmUpOnly && !pe.Loading && (!pe.Cold || r.coldRetried) {
 			// Not warming up (or a replica still not up to a call its
 			// proxy was asked to hold): this is the row's answer.
