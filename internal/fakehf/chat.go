@@ -52,6 +52,9 @@ type Chat struct {
 	// RetryAfter is sent with a bucket's 429 (empty: none, the reset
 	// headers only).
 	RetryAfter string
+	// HeadersOn429Only sends the x-ratelimit headers with the bucket's 429s
+	// only: a client cannot pace by them before it is refused.
+	HeadersOn429Only bool
 	// NoRecord keeps nothing per call (benchmarks).
 	NoRecord bool
 
@@ -285,6 +288,10 @@ func (c *Chat) charge(w http.ResponseWriter, n int) bool {
 	}
 	level := st.level
 	c.mu.Unlock()
+	if ok && c.HeadersOn429Only {
+		c.tokens.Add(int64(n))
+		return true
+	}
 	h := w.Header()
 	h.Set("X-Ratelimit-Limit-Tokens", fmt.Sprint(int64(b.Burst)))
 	h.Set("X-Ratelimit-Remaining-Tokens", fmt.Sprint(int64(math.Floor(level))))

@@ -496,7 +496,7 @@ func (c *Chat) statusError(resp *http.Response, body []byte, now time.Time) *Err
 			}
 		}
 		if e.RetryAfter == 0 {
-			e.RetryAfter = resetOf(ParseLimits(resp.Header, now))
+			e.RetryAfter = resetOf(ParseLimits(resp.Header, now), typ)
 		}
 	case resp.StatusCode >= 400 && resp.StatusCode < 500 && (code == "context_length_exceeded" ||
 		strings.Contains(msg, "context length") || strings.Contains(msg, "context window")):
@@ -506,8 +506,16 @@ func (c *Chat) statusError(resp *http.Response, body []byte, now time.Time) *Err
 }
 
 // resetOf is when a 429 without Retry-After may be tried again: the reset
-// of the limit that is spent (both, the later), else the sooner reset.
-func resetOf(l Limits) time.Duration {
+// of the limit the error's type names (OpenAI says "tokens" or
+// "requests"), else of the limit that is spent (both: the later), else the
+// later reset (the sooner may be a limit with room left).
+func resetOf(l Limits, typ string) time.Duration {
+	switch {
+	case typ == "tokens" && l.Tokens && l.ResetTokens > 0:
+		return l.ResetTokens
+	case typ == "requests" && l.Requests && l.ResetRequests > 0:
+		return l.ResetRequests
+	}
 	var spent, any time.Duration
 	for _, d := range []struct {
 		ok    bool
@@ -520,9 +528,7 @@ func resetOf(l Limits) time.Duration {
 		if d.left <= 0 {
 			spent = max(spent, d.reset)
 		}
-		if any == 0 || d.reset < any {
-			any = d.reset
-		}
+		any = max(any, d.reset)
 	}
 	if spent > 0 {
 		return spent

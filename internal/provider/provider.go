@@ -101,3 +101,10 @@ type Classifier interface {
 func (c Call) attemptTimeout(d time.Duration) time.Duration {
 	return max(d, c.AttemptTimeout)
 }
+
+// TokenEstimator is a client that can guess, before a call, the tokens it
+// will cost (the chat client): a token limit reserves the guess, then
+// corrects it with the usage reported.
+type TokenEstimator interface {
+	EstimateTokens(texts []string) int
+}

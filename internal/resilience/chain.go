@@ -204,6 +204,9 @@ func Build(client provider.Classifier, cfg Config) *Guard {
 		limiter = newRateLayer(cfg.RPS, cfg.Burst)
 		chain = limiter.wrap(chain)
 	}
+	if est, ok := client.(provider.TokenEstimator); ok && (cfg.TPM > 0 || cfg.PaceByHeaders) {
+		chain = newTokenLayer(chain, est, cfg.TPM)
+	}
 	g.br = newBreaker(chain, cfg, g.slots, g.run)
 	g.inner = &gate{inner: g.br, slots: g.slots, cool: g.cool}
 	if cfg.Fallback != nil {
@@ -363,6 +366,7 @@ const (
 	waitNone waitKind = iota
 	waitSlot
 	waitRate
+	waitTokens
 	waitCooldown
 	waitBreaker
 	waitBackoff
