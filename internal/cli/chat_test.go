@@ -2,6 +2,7 @@ package cli
 
 import (
 	"encoding/json"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -172,5 +173,51 @@ func TestResumeReadsFilesWithAndWithoutTokenColumns(t *testing.T) {
 	if !strings.HasPrefix(string(b), "request_id,status,label,score,outcome,model,attempts,latency_ms,error,queued_ms,started_ms,finished_ms,prompt_tokens,completion_tokens\n") ||
 		!strings.Contains(string(b), "\n1,200,positive,0.9184,success,") {
 		t.Fatalf("after resume:\n%s", b)
+	}
+}
+
+// While hf-inference is down, a chat model answers with the primary's
+// labels: --fallback-model chat:MODEL, here at a local server
+// (--fallback-endpoint).
+func TestChatFallbackWhileTextClassificationIsDown(t *testing.T) {
+	hf := &fakehf.Fake{Script: func(int64, []string, *http.Request) fakehf.Reply { return fakehf.Reply{Status: 500} }}
+	hsrv := fakehf.Start(hf)
+	defer hsrv.Close()
+	chat := &fakehf.Chat{}
+	csrv := fakehf.StartChat(chat)
+	defer csrv.Close()
+	in := writeFile(t, "in.csv", "request_id,text\n1,lovely\n2,terrible\n3,fine\n4,broke on day one\n5,great\n6,quick and kind\n")
+	out := filepath.Join(t.TempDir(), "out.csv")
+	r := runMain(t, map[string]string{"HF_TOKEN": "hf_x"}, "", "classify", in, "-o", out, "-c", "1", "--retries", "1",
+		"--breaker-min-calls", "2", "--breaker-threshold", "0.5", "--endpoint", hsrv.URL+"/models/{model}",
+		"--fallback-model", "chat:meta-llama/Llama-3.1-8B-Instruct", "--fallback-endpoint", csrv.URL+"/v1/chat/completions")
+	b, _ := os.ReadFile(out)
+	rows := parseResults(t, string(b))
+	fallback := 0
+	for _, row := range rows {
+		if row["outcome"] == "fallback" {
+			fallback++
+			if row["label"] != "POSITIVE" && row["label"] != "NEGATIVE" || row["model"] != "meta-llama/Llama-3.1-8B-Instruct" || row["prompt_tokens"] == "" {
+				t.Errorf("fallback row %v: the default model's labels, as written, from the chat model", row)
+			}
+		}
+	}
+	if fallback < 3 || r.code != 0 && fallback == 0 {
+		t.Fatalf("exit %d, %d fallback rows\n%s\n%s", r.code, fallback, b, r.stderr)
+	}
+	var req fakehf.ChatRequest
+	_ = json.Unmarshal(chat.Bodies()[0], &req)
+	if !strings.Contains(req.Messages[0].Content, "NEGATIVE, POSITIVE") {
+		t.Fatalf("the fallback was not given the default model's labels: %+v", req.Messages)
+	}
+	for _, bad := range [][]string{
+		{"--fallback-endpoint", csrv.URL},
+		{"--fallback-model", "chat:m", "--model", "some/other-model"},
+		{"--fallback-model", "chat:m", "--fallback-endpoint", "ftp://x"},
+	} {
+		r := runMain(t, map[string]string{"HF_TOKEN": "hf_x"}, "", append([]string{"classify", in, "-o", filepath.Join(t.TempDir(), "o.csv")}, bad...)...)
+		if r.code != 2 {
+			t.Errorf("%v: exit %d %s", bad, r.code, r.stderr)
+		}
 	}
 }

@@ -34,6 +34,7 @@ type providerOptions struct {
 	breakerMinCalls  int
 	breakerCooldown  time.Duration
 	fallbackModel    string
+	fallbackEP       string
 	billTo           string
 	// lab: --labels, --prompt-file, --token-env, --tpm (chat.go).
 	lab labelOptions
@@ -89,6 +90,7 @@ func addProviderFlags(fs *pflag.FlagSet, o *providerOptions, use providerUse) {
 	fs.IntVar(&o.breakerMinCalls, "breaker-min-calls", 20, "calls in the window before the rate counts ("+rangeHelp(1, maxMinCalls)+")")
 	fs.DurationVar(&o.breakerCooldown, "breaker-cooldown", 60*time.Second, "time the breaker stays open before a probe ("+rangeHelp(minTimeout, maxCooldown)+")")
 	fs.StringVar(&o.fallbackModel, "fallback-model", "", use.fallbackHelp+"; chat:MODEL asks a chat model (at "+provider.DefaultChatEndpoint+", or --endpoint when the primary is chat) with the primary's labels, hf:MODEL a model of the Hugging Face API")
+	fs.StringVar(&o.fallbackEP, "fallback-endpoint", "", "where --fallback-model is asked, e.g. a local vLLM's http://127.0.0.1:8000/v1/chat/completions for chat:MODEL (default: --endpoint when the fallback is of the primary's kind and the endpoint can name it, else the kind's default endpoint)")
 	addBillToFlag(fs, &o.billTo)
 	addLabelFlags(fs, &o.lab)
 }
@@ -118,7 +120,7 @@ func checkBillTo(v string) error {
 // remoteFlags are the provider flags that only a remote provider (HTTP)
 // and the policies around it read: --provider local ignores them.
 var remoteFlags = []string{"model", "endpoint", "adaptive", "rps", "burst", "timeout", "connect-timeout", "retries",
-	"breaker-threshold", "breaker-window", "breaker-min-calls", "breaker-cooldown", "fallback-model", "bill-to",
+	"breaker-threshold", "breaker-window", "breaker-min-calls", "breaker-cooldown", "fallback-model", "fallback-endpoint", "bill-to",
 	"labels", "prompt-file", "token-env", "tpm"}
 
 // ignoredFlags lists the flags given on the command line that this run
@@ -218,6 +220,14 @@ func (o *providerOptions) validate() error {
 		if err := checkEndpoint(o.endpoint, o.model); err != nil {
 			return err
 		}
+		if fb := strings.TrimSpace(o.fallbackModel); o.fallbackEP != "" && (fb == "" || fb == "local") {
+			return usageErrorf("--fallback-endpoint needs a --fallback-model to ask there (a model id, chat:MODEL or hf:MODEL)")
+		}
+		if o.fallbackEP != "" {
+			if _, err := provider.EndpointURL(o.fallbackEP, "model"); err != nil {
+				return usageError(fmt.Errorf("--fallback-endpoint %w", err))
+			}
+		}
 		if fb := strings.TrimSpace(o.fallbackModel); fb != "" && fb != "local" {
 			if _, err := provider.EndpointURL(o.fallbackEndpoint(fbKind), fbModel); err != nil {
 				return usageError(fmt.Errorf("--fallback-model: %w", err))
@@ -247,6 +257,9 @@ func (o *providerOptions) fallbackLabels() []string {
 // chat endpoint always can: the model is in the body), else the kind's
 // default ("").
 func (o *providerOptions) fallbackEndpoint(fb provider.Kind) string {
+	if o.fallbackEP != "" {
+		return o.fallbackEP
+	}
 	if fb.Name != o.provider {
 		return ""
 	}
@@ -303,6 +316,7 @@ func (o *providerOptions) open(ios *IOStreams, log *slog.Logger, counters *resil
 	}
 	spec.fallbackLabels = o.fallbackLabels()
 	spec.fallbackEndpoint = o.endpoint
+	spec.fallbackEP = o.fallbackEP
 	spec.policies = resilience.Config{
 		Retries: o.retries,
 		// A Retry-After or a RateLimit reset is honoured up to the row's
@@ -348,6 +362,7 @@ type guardSpec struct {
 	// with; fallbackEndpoint the primary's --endpoint.
 	fallbackLabels   []string
 	fallbackEndpoint string
+	fallbackEP       string // --fallback-endpoint: overrides the rules
 }
 
 // openGuard is the one place a provider is built, whatever its kind, with
@@ -387,6 +402,9 @@ func (s guardSpec) fallbackClient() (provider.Classifier, error) {
 		ep = s.fallbackEndpoint // the model is in the body: the same server
 	default:
 		ep = fallbackEndpoint(s.client.Endpoint)
+	}
+	if s.fallbackEP != "" {
+		ep = s.fallbackEP
 	}
 	if ep == "" && s.client.Token == "" {
 		return nil, usageErrorf("--fallback-model %s is asked on the Hugging Face API, which needs a token; set HF_TOKEN, use --fallback-model local, or an --endpoint with {model}", s.fallback)
