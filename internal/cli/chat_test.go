@@ -221,3 +221,48 @@ func TestChatFallbackWhileTextClassificationIsDown(t *testing.T) {
 		}
 	}
 }
+
+func TestCheckChat(t *testing.T) {
+	f := &fakehf.Chat{}
+	srv := fakehf.StartChat(f)
+	defer srv.Close()
+	r := runMain(t, map[string]string{"MY_KEY": "sk-check-0123456789abcdef"}, "", "check", "--provider", "chat", "--model", "m",
+		"--labels", "positive,negative", "--endpoint", srv.URL+"/v1/chat/completions", "--token-env", "MY_KEY")
+	for _, want := range []string{"token:    found (MY_KEY)", "status:   200 OK", "label:    positive (score 0.9184)", "tokens:   ", "result:   ok"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("check output lacks %q:\n%s", want, r.stdout)
+		}
+	}
+	if r.code != 0 || strings.Contains(r.stdout+r.stderr, "sk-check") {
+		t.Fatalf("exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if r := runMain(t, nil, "", "check", "--provider", "chat", "--model", "m", "--endpoint", srv.URL); r.code != 2 || !strings.Contains(r.stderr, "--labels") {
+		t.Fatalf("no labels: exit %d %s", r.code, r.stderr)
+	}
+}
+
+// --labels with --provider hf asks a zero-shot model.
+func TestClassifyZeroShot(t *testing.T) {
+	f := &fakehf.Fake{Script: func(_ int64, texts []string, _ *http.Request) fakehf.Reply {
+		if strings.Contains(texts[0], "charged") {
+			return fakehf.Reply{Body: `{"sequence":"x","labels":["billing","bug","praise"],"scores":[0.8,0.15,0.05]}`}
+		}
+		return fakehf.Reply{Body: `[{"label":"bug","score":0.7},{"label":"billing","score":0.2},{"label":"praise","score":0.1}]`}
+	}}
+	srv := fakehf.Start(f)
+	defer srv.Close()
+	in := writeFile(t, "in.csv", "request_id,text\n1,I was charged twice\n2,the app crashes\n")
+	out := filepath.Join(t.TempDir(), "out.csv")
+	r := runMain(t, map[string]string{"HF_TOKEN": "hf_x"}, "", "classify", in, "-o", out, "--model", "facebook/bart-large-mnli",
+		"--endpoint", srv.URL+"/models/{model}", "--labels", "bug,billing,praise")
+	b, _ := os.ReadFile(out)
+	rows := parseResults(t, string(b))
+	if r.code != 0 || rows[0]["label"] != "billing" || rows[0]["score"] != "0.8" || rows[1]["label"] != "bug" || rows[1]["prompt_tokens"] != "" {
+		t.Fatalf("exit %d\n%s\n%s", r.code, b, r.stderr)
+	}
+	var req map[string]any
+	_ = json.Unmarshal(f.Bodies()[0], &req)
+	if p, _ := req["parameters"].(map[string]any); p == nil || len(p["candidate_labels"].([]any)) != 3 {
+		t.Fatalf("request %s", f.Bodies()[0])
+	}
+}

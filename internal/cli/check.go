@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
@@ -280,7 +281,14 @@ func (r *checkResult) answer(o *checkOptions, ans provider.Answer, err error, lo
 		return false
 	}
 	p := ans.Predictions[0]
-	r.add("label", fmt.Sprintf("%s (score %.4f)", p.Label, p.Score))
+	if math.IsNaN(p.Score) {
+		r.add("label", p.Label+" (no score: the server gave no logprobs)")
+	} else {
+		r.add("label", fmt.Sprintf("%s (score %.4f)", p.Label, p.Score))
+	}
+	if u := p.Usage; u.Known {
+		r.add("tokens", fmt.Sprintf("%d prompt, %d completion", u.Prompt, u.Completion))
+	}
 	r.add("result", "ok: a batch would work")
 	return true
 }

@@ -459,6 +459,9 @@ func formatStatus(st *queue.Status) string {
 	// queue.Printable, so none forges a line or runs a terminal escape.
 	show := queue.Printable
 	fmt.Fprintf(&b, "batch:    %s (model %s, created %s)\n", show(bt.Name), show(bt.Model), bt.CreatedAt.UTC().Format(time.RFC3339))
+	if bt.Provider != "" || len(bt.Labels) > 0 {
+		fmt.Fprintf(&b, "provider: %s, labels %s\n", show(shownProvider(bt.Provider)), show(strings.Join(bt.Labels, ",")))
+	}
 	reserved := ""
 	if st.Reserved > 0 {
 		reserved = fmt.Sprintf(" (%d reserved)", st.Reserved)
