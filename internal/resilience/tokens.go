@@ -24,7 +24,10 @@ import (
 //     times say: each answer sets what remains, less the estimates of the
 //     calls still in flight (the server counted it before they reached
 //     it), and the refill rate is the limit's (limit-remaining over the
-//     time to reset). Until a server has sent the headers, nothing waits.
+//     time to reset). Until the first answer, one call goes alone: the
+//     headers are not known yet, and a first burst of -c calls could spend
+//     more than the server holds; after it, a server that sent none is
+//     not paced.
 type tokenLayer struct {
 	inner    attempter
 	estimate func([]string) int
@@ -35,6 +38,11 @@ type tokenLayer struct {
 	requests bucket  // headers only: the request limit, a call costing 1
 	inFlight float64 // estimates of the calls sent and not answered
 	calls    int     // and how many they are
+	// headers only: probing is set while the first call is out; answered
+	// is closed when it is back.
+	probing  bool
+	answered chan struct{}
+	once     sync.Once
 }
 
 // bucket is a token bucket that may go into debt: a reservation takes its
@@ -109,7 +117,7 @@ func (b *bucket) set(remaining, inFlight float64, limit int64, reset time.Durati
 }
 
 func newTokenLayer(inner attempter, est provider.TokenEstimator, tpm float64) *tokenLayer {
-	t := &tokenLayer{inner: inner, estimate: est.EstimateTokens, fixed: tpm > 0}
+	t := &tokenLayer{inner: inner, estimate: est.EstimateTokens, fixed: tpm > 0, answered: make(chan struct{})}
 	if t.fixed {
 		perSec := tpm / 60
 		t.tokens = bucket{known: true, level: perSec, capacity: perSec, rate: perSec, at: time.Now()}
@@ -119,6 +127,24 @@ func newTokenLayer(inner attempter, est provider.TokenEstimator, tpm float64) *t
 
 func (t *tokenLayer) attempt(ctx context.Context, row *Row, c provider.Call) (provider.Answer, error) {
 	est := float64(t.estimate(c.Texts))
+	if !t.fixed {
+		t.mu.Lock()
+		probe := !t.probing
+		t.probing = true
+		t.mu.Unlock()
+		if probe {
+			defer t.once.Do(func() { close(t.answered) })
+		} else {
+			row.wait(waitTokens)
+			select {
+			case <-t.answered:
+			case <-ctx.Done():
+				return provider.Answer{}, stopOrCtx(ctx, row.Stop)
+			case <-row.Stop:
+				return provider.Answer{}, stopOrCtx(ctx, row.Stop)
+			}
+		}
+	}
 	now := time.Now()
 	t.mu.Lock()
 	d := t.tokens.take(est, now)
