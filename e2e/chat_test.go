@@ -113,11 +113,12 @@ func TestChatQueueWorker(t *testing.T) {
 	pushBatch(t, db, "chat", rows, "--provider", "chat", "--model", "meta-llama/Llama-3.1-8B-Instruct", "--labels", "positive,negative")
 	// A worker of another kind, or with other labels, is refused.
 	for _, bad := range [][]string{
-		{"--model", "meta-llama/Llama-3.1-8B-Instruct", "--endpoint", srv.URL + "/{model}"},
+		// a zero-shot worker with the batch's model and labels: another kind
+		{"--model", "meta-llama/Llama-3.1-8B-Instruct", "--endpoint", srv.URL + "/{model}", "--labels", "positive,negative"},
 		chatFlags(srv.URL, "--labels", "positive,negative,neutral"),
 	} {
 		r := runBin(t, append(qenv(db), "HF_TOKEN=hf_x"), append([]string{"worker", "--batch", "chat", "--exit-when-done", "--no-progress"}, bad...)...)
-		if r.code != 2 || !strings.Contains(r.stderr, "batch \"chat\" is for") {
+		if r.code != 2 || !strings.Contains(r.stderr, "batch \"chat\" is for") || !strings.Contains(r.stderr, bad[len(bad)-1]) && !strings.Contains(r.stderr, "--provider chat") {
 			t.Errorf("%v: exit %d %s", bad, r.code, r.stderr)
 		}
 	}

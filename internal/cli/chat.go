@@ -91,8 +91,11 @@ func (o *labelOptions) validate(kind provider.Kind, fs *pflag.FlagSet, fallback 
 	if err := inRange("--tpm", o.tpm, 1, maxTPM, "paced by the server's headers"); err != nil {
 		return err
 	}
-	if o.tpm > 0 && !kind.Chat && !strings.HasPrefix(fallback, chatPrefix) {
-		return usageErrorf("--tpm is for --provider chat: only a chat provider reports the tokens it counts")
+	if o.tpm > 0 && !kind.Chat {
+		return usageErrorf("--tpm is for --provider chat: only a chat provider reports the tokens it counts (a chat --fallback-model is not paced by it)")
+	}
+	if given && kind.Endpoint != "" {
+		return usageErrorf("--labels is not for --provider %s: its server takes no candidate labels", kind.Name)
 	}
 	return nil
 }

@@ -43,6 +43,9 @@ func TestChatFlagsRefusedBeforeAnyCall(t *testing.T) {
 		{chatArgs(srv.URL, "--token-env", "UNSET_VAR"), "UNSET_VAR"},
 		{[]string{"--prompt-file", withText}, "--prompt-file"},
 		{[]string{"--tpm", "1000"}, "--tpm"},
+		{[]string{"--tpm", "1000", "--fallback-model", "chat:m"}, "--tpm"},
+		{[]string{"--provider", "tei", "--endpoint", srv.URL + "/predict", "--labels", "a,b"}, "--labels"},
+		{[]string{"--labels", "a,b", "--fallback-model", "chat:m", "--fallback-endpoint", "http://h/x", "--prompt-file", noText}, "{text}"},
 	}
 	for _, tc := range cases {
 		args := append([]string{"classify", in, "-o", filepath.Join(t.TempDir(), "out.csv")}, tc.args...)

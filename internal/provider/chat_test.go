@@ -261,11 +261,13 @@ func TestChatErrorsOfOtherServers(t *testing.T) {
 		status int
 		body   string
 		want   outcome.Code
+		msg    string
 	}{
-		{400, `{"object":"error","message":"This model's maximum context length is 2048 tokens. However, you requested 3000 tokens.","type":"BadRequestError","param":null,"code":400}`, outcome.UpstreamRequestRejected},
-		{422, `{"error":"Input validation error: inputs tokens + max_new_tokens must be <= 4096","error_type":"validation"}`, outcome.UpstreamRequestRejected},
-		{429, `{"error":{"message":"quota","type":"insufficient_quota","code":"insufficient_quota"}}`, outcome.UpstreamQuota},
-		{402, `{"error":"You have exceeded your monthly included credits for Inference Providers."}`, outcome.UpstreamQuota},
+		{400, `{"object":"error","message":"This model's maximum context length is 2048 tokens. However, you requested 3000 tokens.","type":"BadRequestError","param":null,"code":400}`, outcome.UpstreamRequestRejected, "context length exceeded"},
+		{400, `{"error":{"message":"bad","type":"invalid_request_error","param":"messages","code":"context_length_exceeded"}}`, outcome.UpstreamRequestRejected, "context length exceeded"},
+		{422, `{"error":"Input validation error: inputs tokens + max_new_tokens must be <= 4096","error_type":"validation"}`, outcome.UpstreamRequestRejected, "request rejected"},
+		{429, `{"error":{"message":"quota","type":"insufficient_quota","code":"insufficient_quota"}}`, outcome.UpstreamQuota, "quota exceeded"},
+		{402, `{"error":"You have exceeded your monthly included credits for Inference Providers."}`, outcome.UpstreamQuota, "payment required"},
 	}
 	for _, tc := range cases {
 		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -275,8 +277,8 @@ func TestChatErrorsOfOtherServers(t *testing.T) {
 		c := newChat(t, srv.URL, []string{"a", "b"})
 		_, err := classifyChat(t, c, "x")
 		srv.Close()
-		if got := provider.OutcomeOf(err); got != tc.want {
-			t.Errorf("%d %s: %s, want %s", tc.status, tc.body, got, tc.want)
+		if got := provider.OutcomeOf(err); got != tc.want || !strings.Contains(err.Error(), tc.msg) {
+			t.Errorf("%d %s: %v, want %s (%s)", tc.status, tc.body, err, tc.want, tc.msg)
 		}
 	}
 }
