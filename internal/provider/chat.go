@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"math"
 	"net/http"
+	"net/url"
 	"regexp"
 	"strings"
 	"sync"
@@ -18,6 +19,7 @@ import (
 	"unicode"
 
 	"github.com/hfsent/hfsent/internal/outcome"
+	"github.com/hfsent/hfsent/internal/redact"
 )
 
 // DefaultChatEndpoint is Hugging Face Inference Providers' OpenAI-compatible
@@ -269,6 +271,11 @@ func (c *Chat) send(ctx context.Context, call Call, text string, logprobs bool) 
 	req.Header = c.base.headers
 	resp, err := c.base.client.Do(req)
 	if err != nil {
+		// As HF's: net/http's *url.Error prints the URL, redacted here.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			ue.URL = redact.URL(ue.URL)
+		}
 		return Prediction{}, Limits{}, c.base.transportError(ctx, actx, err, timeout)
 	}
 	defer resp.Body.Close()
