@@ -110,6 +110,8 @@ func TestChatQueueWorker(t *testing.T) {
 	srv := fakehf.StartChat(f)
 	defer srv.Close()
 	rows := clientRows("c", 30)
+	rows[3][1] = "fine #nologprobs#"
+	rows[5][1] = "#429# and then fine"
 	pushBatch(t, db, "chat", rows, "--provider", "chat", "--model", "meta-llama/Llama-3.1-8B-Instruct", "--labels", "positive,negative")
 	// A worker of another kind, or with other labels, is refused.
 	for _, bad := range [][]string{
@@ -131,7 +133,24 @@ func TestChatQueueWorker(t *testing.T) {
 	}
 	got := exportRows(t, db, "chat")
 	checkOnceEach(t, got, idsOf(rows))
-	if got[0]["label"] != "positive" || got[0]["model"] != "meta-llama/Llama-3.1-8B-Instruct" {
-		t.Fatalf("export: %v", got[0])
+	for i, r := range got {
+		if r["label"] != "positive" || r["model"] != "meta-llama/Llama-3.1-8B-Instruct" || r["prompt_tokens"] == "" || r["completion_tokens"] == "" ||
+			(r["score"] == "") != (i == 3) {
+			t.Fatalf("export row %d: %v", i, r)
+		}
+	}
+
+	// An unlabelled row is claimed twice (--max-attempts 2), asked twice
+	// each time: the export adds up the four calls' tokens. A text of the
+	// same length costs the same prompt per call.
+	pushBatch(t, db, "unl", [][3]string{{"u", "#unlabelled#", "c"}, {"p", "abcdefghijkl", "c"}},
+		"--provider", "chat", "--model", "meta-llama/Llama-3.1-8B-Instruct", "--labels", "positive,negative", "--max-attempts", "2")
+	w = startWorker(t, db, append([]string{"--batch", "unl", "--exit-when-done"}, chatFlags(srv.URL)...)...)
+	if code := w.wait(t); code != 1 {
+		t.Fatalf("worker exit %d, want 1\n%s", code, w.stderr.String())
+	}
+	got = exportRows(t, db, "unl")
+	if got[0]["outcome"] != "upstream_unlabelled" || got[0]["attempts"] != "4" || atoi(t, got[0]["prompt_tokens"]) != 4*atoi(t, got[1]["prompt_tokens"]) {
+		t.Fatalf("export: %v", got)
 	}
 }

@@ -5,8 +5,14 @@
 -- with other labels, is refused, as one with another model is.
 alter table hfsent.batch add column provider text not null default '';
 alter table hfsent.batch add column labels text[] not null default '{}';
+-- result.prompt_tokens, completion_tokens: the tokens a chat model's calls
+-- for the row cost, every claim's added up; null when none was reported.
+alter table hfsent.result add column prompt_tokens int;
+alter table hfsent.result add column completion_tokens int;
 
 ---- create above / drop below ----
 
+alter table hfsent.result drop column completion_tokens;
+alter table hfsent.result drop column prompt_tokens;
 alter table hfsent.batch drop column labels;
 alter table hfsent.batch drop column provider;
