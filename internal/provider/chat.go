@@ -31,6 +31,9 @@ const DefaultChatEndpoint = "https://router.huggingface.co/v1/chat/completions"
 const (
 	MinLabels = 2
 	MaxLabels = 100
+	// MaxLabelLen bounds a label, in characters: a label is a word or
+	// a few, and max_tokens is sized by the longest.
+	MaxLabelLen = 100
 )
 
 // MaxTopLogprobs is the most top_logprobs OpenAI accepts; other servers
@@ -118,8 +121,13 @@ func CheckLabels(labels []string) error {
 	seen := map[string]string{}
 	for _, l := range labels {
 		n := normalise(l)
-		if n == "" {
+		switch {
+		case n == "":
 			return errors.New("a label is empty")
+		case len([]rune(l)) > MaxLabelLen:
+			return fmt.Errorf("a label is longer than %d characters", MaxLabelLen)
+		case strings.IndexFunc(l, unicode.IsControl) >= 0:
+			return fmt.Errorf("label %q holds a control character", l)
 		}
 		if prev, ok := seen[n]; ok {
 			return fmt.Errorf("labels %q and %q are the same label", prev, l)

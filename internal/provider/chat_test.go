@@ -306,7 +306,7 @@ func TestCheckLabels(t *testing.T) {
 	for i := range many {
 		many[i] = strings.Repeat("x", i+1)
 	}
-	for _, bad := range [][]string{nil, {"a"}, {"a", ""}, {"a", "A"}, {"yes", " \"Yes\" "}, many} {
+	for _, bad := range [][]string{nil, {"a"}, {"a", ""}, {"a", "A"}, {"yes", " \"Yes\" "}, many, {"a", strings.Repeat("b", 101)}, {"a", "b\x1b[31m"}} {
 		if err := provider.CheckLabels(bad); err == nil {
 			t.Errorf("%q taken", bad)
 		}
