@@ -53,6 +53,10 @@ func main() {
 	rateWindow := flag.Duration("ratelimit-window", 0, "every call this long from the first gets 429 with the Hub's RateLimit header (r=0;t=seconds left), no Retry-After")
 	bare429 := flag.Duration("bare-429-for", 0, "every call this long from the first gets 429 with no Retry-After nor RateLimit header")
 	maxWords := flag.Int("max-words", 0, "a text of more words than this gets the inference toolkit's 400 (a tensor size mismatch) unless parameters.truncation is true (0: no limit)")
+	chat := flag.Bool("chat", false, "serve an OpenAI-compatible /v1/chat/completions instead (fakehf.Chat)")
+	chatRate := flag.Float64("chat-rate", 0, "with -chat: a token bucket refilling this many tokens a second (0: no limit)")
+	chatBurst := flag.Float64("chat-burst", 0, "with -chat: the bucket's size in tokens (default: one second's worth)")
+	chatNoHeaders := flag.Bool("chat-headers-on-429-only", false, "with -chat: send the x-ratelimit headers with 429s only")
 	flag.Parse()
 
 	var rejected, failed, outage, poisoned, loading atomic.Int64
@@ -155,6 +159,15 @@ func main() {
 			return next(n, texts, r)
 		}
 	}
+	var chatFake *fakehf.Chat
+	if *chat {
+		burst := *chatBurst
+		if burst <= 0 {
+			burst = *chatRate
+		}
+		chatFake = &fakehf.Chat{Latency: *latency, NoRecord: true, Bucket: fakehf.Bucket{Rate: *chatRate, Burst: burst}, HeadersOn429Only: *chatNoHeaders}
+		h, calls = chatFake, chatFake.Calls
+	}
 	var proxy *fakehf.ScaledToZero
 	if *scaleToZero > 0 {
 		proxy = &fakehf.ScaledToZero{Inner: h, StartUp: *scaleToZero}
@@ -167,6 +180,9 @@ func main() {
 		<-sig
 		if proxy != nil {
 			fmt.Fprintf(os.Stderr, "fakeprovider: proxy calls=%d refused_503=%d held=%d\n", proxy.Calls(), proxy.Refused(), proxy.Held())
+		}
+		if chatFake != nil {
+			fmt.Fprintf(os.Stderr, "fakeprovider: chat calls=%d 429=%d tokens_accepted=%d\n", chatFake.Calls(), chatFake.Rejected(), chatFake.Tokens())
 		}
 		fmt.Fprintf(os.Stderr, "fakeprovider: calls=%d max_in_flight=%d 429=%d 503=%d outage_500=%d poison=%d loading=%d\n",
 			calls(), f.MaxInFlight(), rejected.Load(), failed.Load(), outage.Load(), poisoned.Load(), loading.Load())

@@ -106,7 +106,7 @@ func contradict(flag, noFlag string, both bool) error {
 func (o *classifyOptions) validBounds() error {
 	for _, err := range []error{
 		inRange("--max-chars", o.maxChars, 1, maxCharsLimit, ""),
-		o.eng.validate(o.prov.concurrency),
+		o.eng.validate(&o.prov),
 		inRange("--max-duration", o.maxDuration, 0, maxRunDuration, ""),
 		o.prog.validate(),
 	} {

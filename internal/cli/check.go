@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/hfsent/hfsent/internal/outcome"
 	"github.com/hfsent/hfsent/internal/provider"
@@ -27,6 +29,10 @@ type checkOptions struct {
 	timeout        time.Duration
 	connectTimeout time.Duration
 	billTo         string
+	labels         string
+	tokenEnv       string
+	labelList      []string
+	flags          *pflag.FlagSet
 }
 
 func newCheckCmd(ios *IOStreams) *cobra.Command {
@@ -63,7 +69,10 @@ that is not a classification, ...); 2 for bad flags.`,
 		},
 	}
 	fs := cmd.Flags()
-	fs.StringVar(&o.provider, "provider", "hf", "hf: the Hugging Face API and servers that read its requests; tei: a text-embeddings-inference server's /predict (an --endpoint ending in /predict is read as tei)")
+	o.flags = fs
+	fs.StringVar(&o.provider, "provider", "hf", "hf: the Hugging Face API and servers that read its requests; chat: an OpenAI-compatible Chat Completions endpoint (needs --model and --labels); tei: a text-embeddings-inference server's /predict (an --endpoint ending in /predict is read as tei)")
+	fs.StringVar(&o.labels, "labels", "", "comma-separated labels: required with --provider chat; with hf, zero-shot classification")
+	fs.StringVar(&o.tokenEnv, "token-env", "", "read the token from this environment variable instead of HF_TOKEN and the token file")
 	fs.StringVar(&o.model, "model", provider.DefaultModel, "model id")
 	fs.StringVar(&o.endpoint, "endpoint", "", "full http(s) URL to POST to; {model} is replaced\n(default "+provider.DefaultEndpoint+")")
 	fs.StringVar(&o.text, "text", provider.SampleText, "the sample text sent")
@@ -94,7 +103,7 @@ func runCheck(ctx context.Context, o *checkOptions, ios *IOStreams) error {
 	res := &checkResult{}
 	defer res.print(ios.Out)
 
-	tok, err := provider.ResolveToken(ios.getenv)
+	tok, err := (&labelOptions{tokenEnv: o.tokenEnv}).resolveToken(ios.getenv)
 	if !res.token(tok, err, o.endpoint != "", ios.getenv) {
 		return silentExit(ExitCheckFailed)
 	}
@@ -158,6 +167,18 @@ func (o *checkOptions) validate() (provider.Kind, error) {
 	if err := checkBillTo(o.billTo); err != nil {
 		return kind, err
 	}
+	if o.flags != nil && o.flags.Changed("labels") {
+		o.labelList = splitLabels(o.labels)
+		if err := provider.CheckLabels(o.labelList); err != nil {
+			return kind, usageErrorf("--labels: %v", err)
+		}
+	}
+	if kind.Chat && (len(o.labelList) == 0 || !o.flags.Changed("model")) {
+		return kind, usageErrorf("--provider chat needs --model and --labels")
+	}
+	if o.tokenEnv != "" && !envName(o.tokenEnv) {
+		return kind, usageErrorf("--token-env %q is not an environment variable name (letters, digits, _)", o.tokenEnv)
+	}
 	return kind, checkEndpoint(o.endpoint, o.model)
 }
 
@@ -201,6 +222,7 @@ func (o *checkOptions) guard(kind provider.Kind, token string, capture *captureT
 			UserAgent:      "hfsent/" + version + " (check)",
 			Client:         &http.Client{Transport: capture},
 			BillTo:         o.billTo,
+			Labels:         o.labelList,
 		},
 		policies: resilience.Config{
 			Concurrency:   1,
@@ -239,7 +261,7 @@ func (r *checkResult) answer(o *checkOptions, ans provider.Answer, err error, lo
 	case load.seen:
 		r.add("loading", fmt.Sprintf("model loading, ready after %.1f s", load.waited.Seconds()))
 	}
-	if status == http.StatusOK {
+	if status == http.StatusOK && o.provider != "chat" {
 		r.add("shape", shapeLine(body))
 	}
 	if isPE {
@@ -259,7 +281,14 @@ func (r *checkResult) answer(o *checkOptions, ans provider.Answer, err error, lo
 		return false
 	}
 	p := ans.Predictions[0]
-	r.add("label", fmt.Sprintf("%s (score %.4f)", p.Label, p.Score))
+	if math.IsNaN(p.Score) {
+		r.add("label", p.Label+" (no score: the server gave no logprobs)")
+	} else {
+		r.add("label", fmt.Sprintf("%s (score %.4f)", p.Label, p.Score))
+	}
+	if u := p.Usage; u.Known {
+		r.add("tokens", fmt.Sprintf("%d prompt, %d completion", u.Prompt, u.Completion))
+	}
 	r.add("result", "ok: a batch would work")
 	return true
 }

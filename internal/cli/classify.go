@@ -53,7 +53,9 @@ ids are written back exactly as read (a CRLF inside a quoted text stays CRLF).
 
 Columns written: request_id, status, label, score, outcome, model, attempts,
 latency_ms, error, queued_ms, started_ms, finished_ms (and text with
---include-text). Outcome codes and exit codes are listed in the README.
+--include-text), then prompt_tokens, completion_tokens (a chat model's
+usage; blank otherwise). Outcome codes and exit codes are listed in the
+README.
 Text, label and error that begin with = + - @ tab or CR get a leading ' so
 that a spreadsheet does not run them as formulas (--raw-csv: as they are);
 request_id is written exactly as read.
@@ -70,7 +72,11 @@ The token comes from HF_TOKEN, else the Hugging Face token file
   cat reviews.csv | hfsent classify - --id-column id --text-column body > results.csv
 
   # a Windows-1252 export from an old CRM (the ; delimiter is sniffed)
-  hfsent classify export.csv --encoding windows-1252 -o results.csv`,
+  hfsent classify export.csv --encoding windows-1252 -o results.csv
+
+  # a chat model on the router, choosing among labels
+  hfsent classify feedback.csv -o results.csv --provider chat \
+    --model meta-llama/Llama-3.1-8B-Instruct:cerebras --labels positive,negative,neutral`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.input = args[0]

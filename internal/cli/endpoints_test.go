@@ -74,10 +74,10 @@ func TestEndpointFlagsRefusedBeforeAnyCall(t *testing.T) {
 		want string
 	}{
 		{[]string{"classify", in, "--provider", "tei"}, "--provider tei needs --endpoint"},
-		{[]string{"classify", in, "--provider", "openai"}, "want hf, tei or local"},
+		{[]string{"classify", in, "--provider", "openai"}, "want hf, tei, chat or local"},
 		{[]string{"classify", in, "--bill-to", "acme corp"}, "--bill-to \"acme corp\""},
 		{[]string{"classify", in, "--bill-to", strings.Repeat("a", 97)}, "at most 96 characters"},
-		{[]string{"check", "--provider", "local"}, "want hf or tei"},
+		{[]string{"check", "--provider", "local"}, "want hf, tei or chat"},
 		{[]string{"check", "--bill-to", "a\r\nX-Evil: 1"}, "--bill-to"},
 		{[]string{"serve", "--provider", "tei"}, "--provider tei needs --endpoint"},
 	} {

@@ -4,7 +4,16 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/hfsent/hfsent/internal/engine"
+	"github.com/hfsent/hfsent/internal/provider"
 )
+
+// refuse is a usage error when cond holds.
+func refuse(cond bool, format string, args ...any) error {
+	if cond {
+		return usageErrorf(format, args...)
+	}
+	return nil
+}
 
 // engineOptions are the engine's flags that classify, serve and the worker
 // share: --batch-size and --dedupe/--no-dedupe. Each command registers them
@@ -37,12 +46,15 @@ func addEngineFlags(fs *pflag.FlagSet, o *engineOptions, use engineUse) {
 	fs.BoolVar(&o.noDedupe, "no-dedupe", false, use.noDedupeHelp)
 }
 
-// validate checks the engine's flags; concurrency is -c, which bounds the
-// texts in flight with --batch-size.
-func (o *engineOptions) validate(concurrency int) error {
+// validate checks the engine's flags against the provider's: -c bounds
+// the texts in flight with --batch-size, and a chat model is asked one
+// text a call.
+func (o *engineOptions) validate(prov *providerOptions) error {
+	kind, _ := provider.KindOf(prov.provider)
 	for _, err := range []error{
 		inRange("--batch-size", o.batchSize, 1, maxBatchSize, ""),
-		textsInFlight(concurrency, o.batchSize),
+		textsInFlight(prov.concurrency, o.batchSize),
+		refuse(kind.Chat && o.batchSize > 1, "--batch-size %d with --provider chat: a chat model is asked one text a call (packing several into one answer would let a label slip to a neighbour)", o.batchSize),
 		// --dedupe is on by default: it contradicts --no-dedupe only when given.
 		contradict("--dedupe", "--no-dedupe", o.flags.Changed("dedupe") && o.dedupe && o.noDedupe),
 	} {

@@ -34,7 +34,10 @@ type providerOptions struct {
 	breakerMinCalls  int
 	breakerCooldown  time.Duration
 	fallbackModel    string
+	fallbackEP       string
 	billTo           string
+	// lab: --labels, --prompt-file, --token-env, --tpm (chat.go).
+	lab labelOptions
 
 	// flags tells which flags were given.
 	flags *pflag.FlagSet
@@ -63,7 +66,7 @@ var batchProvider = providerUse{
 
 // providerHelp is --provider's help: the kinds (provider.Kinds) and what
 // each needs.
-const providerHelp = "hf: the Hugging Face API and servers that read its requests (needs a token unless --endpoint is set); tei: a text-embeddings-inference server's /predict (needs --endpoint; an --endpoint ending in /predict is read as tei); local: the embedded offline model, no network, no token"
+const providerHelp = "hf: the Hugging Face API and servers that read its requests (needs a token unless --endpoint is set); chat: an OpenAI-compatible Chat Completions endpoint (default " + provider.DefaultChatEndpoint + ") asked to answer with one of --labels; tei: a text-embeddings-inference server's /predict (needs --endpoint; an --endpoint ending in /predict is read as tei); local: the embedded offline model, no network, no token"
 
 func addProviderFlags(fs *pflag.FlagSet, o *providerOptions, use providerUse) {
 	o.flags = fs
@@ -86,8 +89,10 @@ func addProviderFlags(fs *pflag.FlagSet, o *providerOptions, use providerUse) {
 	fs.DurationVar(&o.breakerWindow, "breaker-window", 60*time.Second, "window over which the failure rate is measured ("+rangeHelp(minBreakerWindow, maxBreakerWindow)+")")
 	fs.IntVar(&o.breakerMinCalls, "breaker-min-calls", 20, "calls in the window before the rate counts ("+rangeHelp(1, maxMinCalls)+")")
 	fs.DurationVar(&o.breakerCooldown, "breaker-cooldown", 60*time.Second, "time the breaker stays open before a probe ("+rangeHelp(minTimeout, maxCooldown)+")")
-	fs.StringVar(&o.fallbackModel, "fallback-model", "", use.fallbackHelp)
+	fs.StringVar(&o.fallbackModel, "fallback-model", "", use.fallbackHelp+"; chat:MODEL asks a chat model (at "+provider.DefaultChatEndpoint+", or --endpoint when the primary is chat) with the primary's labels, hf:MODEL a model of the Hugging Face API")
+	fs.StringVar(&o.fallbackEP, "fallback-endpoint", "", "where --fallback-model is asked, e.g. a local vLLM's http://127.0.0.1:8000/v1/chat/completions for chat:MODEL (default: --endpoint when the fallback is of the primary's kind and the endpoint can name it, else the kind's default endpoint)")
 	addBillToFlag(fs, &o.billTo)
+	addLabelFlags(fs, &o.lab)
 }
 
 // addBillToFlag adds --bill-to, which classify, serve, worker and check take.
@@ -115,7 +120,8 @@ func checkBillTo(v string) error {
 // remoteFlags are the provider flags that only a remote provider (HTTP)
 // and the policies around it read: --provider local ignores them.
 var remoteFlags = []string{"model", "endpoint", "adaptive", "rps", "burst", "timeout", "connect-timeout", "retries",
-	"breaker-threshold", "breaker-window", "breaker-min-calls", "breaker-cooldown", "fallback-model", "bill-to"}
+	"breaker-threshold", "breaker-window", "breaker-min-calls", "breaker-cooldown", "fallback-model", "fallback-endpoint", "bill-to",
+	"labels", "prompt-file", "token-env", "tpm"}
 
 // ignoredFlags lists the flags given on the command line that this run
 // ignores.
@@ -180,6 +186,14 @@ func (o *providerOptions) validate() error {
 	if strings.TrimSpace(o.model) == "" {
 		return usageErrorf("--model must not be empty")
 	}
+	if kind.Chat && !o.flags.Changed("model") {
+		return usageErrorf("--provider chat needs --model: a chat model id, e.g. meta-llama/Llama-3.1-8B-Instruct (on the router, with an optional :provider suffix such as :cerebras)")
+	}
+	if kind.Remote {
+		if err := o.lab.validate(kind, o.flags, strings.TrimSpace(o.fallbackModel)); err != nil {
+			return err
+		}
+	}
 	for _, err := range []error{
 		inRange("--concurrency", o.concurrency, 1, maxConcurrency, ""),
 		inRange("--admission-wait", o.admissionWait, 0, maxAdmissionWait, ""),
@@ -198,20 +212,61 @@ func (o *providerOptions) validate() error {
 			return err
 		}
 	}
-	if fb := strings.TrimSpace(o.fallbackModel); o.fallbackModel != "" && (fb == "" || fb == o.model) {
-		return usageErrorf("--fallback-model must name another model (or local), got %q", o.fallbackModel)
+	fbKind, fbModel := fallbackKind(strings.TrimSpace(o.fallbackModel), kind)
+	if o.fallbackModel != "" && (fbModel == "" || fbModel == o.model && fbKind.Name == kind.Name) {
+		return usageErrorf("--fallback-model must name another model (or local, chat:MODEL, hf:MODEL), got %q", o.fallbackModel)
 	}
 	if kind.Remote {
 		if err := checkEndpoint(o.endpoint, o.model); err != nil {
 			return err
 		}
+		if fb := strings.TrimSpace(o.fallbackModel); o.fallbackEP != "" && (fb == "" || fb == "local") {
+			return usageErrorf("--fallback-endpoint needs a --fallback-model to ask there (a model id, chat:MODEL or hf:MODEL)")
+		}
+		if o.fallbackEP != "" {
+			if _, err := provider.EndpointURL(o.fallbackEP, "model"); err != nil {
+				return usageError(fmt.Errorf("--fallback-endpoint %w", err))
+			}
+		}
 		if fb := strings.TrimSpace(o.fallbackModel); fb != "" && fb != "local" {
-			if _, err := provider.EndpointURL(fallbackEndpoint(o.endpoint), fb); err != nil {
+			if _, err := provider.EndpointURL(o.fallbackEndpoint(fbKind), fbModel); err != nil {
 				return usageError(fmt.Errorf("--fallback-model: %w", err))
+			}
+			if fbKind.Chat && len(o.fallbackLabels()) == 0 {
+				return usageErrorf("--fallback-model %s needs the labels to answer with: give --labels (the primary's), or keep --model's default (%s)", o.fallbackModel, strings.Join(defaultModelLabels, ","))
 			}
 		}
 	}
 	return nil
+}
+
+// fallbackLabels are the labels a fallback model answers with: --labels,
+// else those of the default model when it is the primary (nil otherwise).
+func (o *providerOptions) fallbackLabels() []string {
+	if len(o.lab.list) > 0 {
+		return o.lab.list
+	}
+	if k, _ := provider.KindOf(o.provider); !k.Chat && o.model == provider.DefaultModel {
+		return defaultModelLabels
+	}
+	return nil
+}
+
+// fallbackEndpoint is where a fallback of kind fb is asked: --endpoint
+// when the primary is of that kind and the endpoint can name the model (a
+// chat endpoint always can: the model is in the body), else the kind's
+// default ("").
+func (o *providerOptions) fallbackEndpoint(fb provider.Kind) string {
+	if o.fallbackEP != "" {
+		return o.fallbackEP
+	}
+	if fb.Name != o.provider {
+		return ""
+	}
+	if fb.Chat {
+		return o.endpoint
+	}
+	return fallbackEndpoint(o.endpoint)
 }
 
 // open builds the guarded provider the flags ask for (openGuard), its
@@ -235,7 +290,7 @@ func (o *providerOptions) open(ios *IOStreams, log *slog.Logger, counters *resil
 		g, _, err := openGuard(spec)
 		return g, err
 	}
-	tok, err := provider.ResolveToken(ios.getenv)
+	tok, err := o.lab.resolveToken(ios.getenv)
 	if err != nil {
 		return nil, usageError(err)
 	}
@@ -255,8 +310,13 @@ func (o *providerOptions) open(ios *IOStreams, log *slog.Logger, counters *resil
 		ConnectTimeout: o.connectTimeout,
 		UserAgent:      "hfsent/" + version,
 		BillTo:         o.billTo,
+		Labels:         o.lab.list,
+		Prompt:         o.lab.prompt,
 		Logger:         log,
 	}
+	spec.fallbackLabels = o.fallbackLabels()
+	spec.fallbackEndpoint = o.endpoint
+	spec.fallbackEP = o.fallbackEP
 	spec.policies = resilience.Config{
 		Retries: o.retries,
 		// A Retry-After or a RateLimit reset is honoured up to the row's
@@ -273,6 +333,8 @@ func (o *providerOptions) open(ios *IOStreams, log *slog.Logger, counters *resil
 		BreakerCooldown:  o.breakerCooldown,
 		Logger:           log,
 		Counters:         counters,
+		TPM:              float64(o.lab.tpm),
+		PaceByHeaders:    kind.Chat && o.lab.tpm == 0,
 	}
 	for _, t := range tune {
 		t(&spec.policies)
@@ -296,6 +358,11 @@ type guardSpec struct {
 	client   provider.Spec
 	policies resilience.Config
 	fallback string
+	// fallbackLabels are the labels a chat (or zero-shot) fallback answers
+	// with; fallbackEndpoint the primary's --endpoint.
+	fallbackLabels   []string
+	fallbackEndpoint string
+	fallbackEP       string // --fallback-endpoint: overrides the rules
 }
 
 // openGuard is the one place a provider is built, whatever its kind, with
@@ -327,16 +394,32 @@ func (s guardSpec) fallbackClient() (provider.Classifier, error) {
 		fb, _, err := k.New(provider.Spec{})
 		return fb, err
 	}
-	ep := fallbackEndpoint(s.client.Endpoint)
+	kind, model := fallbackKind(s.fallback, s.kind)
+	ep := ""
+	switch {
+	case kind.Name != s.kind.Name:
+	case kind.Chat:
+		ep = s.fallbackEndpoint // the model is in the body: the same server
+	default:
+		ep = fallbackEndpoint(s.client.Endpoint)
+	}
+	if s.fallbackEP != "" {
+		ep = s.fallbackEP
+	}
 	if ep == "" && s.client.Token == "" {
 		return nil, usageErrorf("--fallback-model %s is asked on the Hugging Face API, which needs a token; set HF_TOKEN, use --fallback-model local, or an --endpoint with {model}", s.fallback)
 	}
-	kind := s.kind
-	if ep == "" {
+	if ep == "" && !kind.Chat {
 		kind, _ = provider.KindOf("hf")
 	}
 	spec := s.client
-	spec.Model, spec.Endpoint, spec.Client, spec.Logger = s.fallback, ep, nil, nil
+	spec.Model, spec.Endpoint, spec.Client, spec.Logger = model, ep, nil, nil
+	spec.Labels = s.fallbackLabels
+	if !kind.Chat {
+		// An hf fallback is zero-shot only when the primary's labels were
+		// given (--labels), not for the default model's own.
+		spec.Labels, spec.Prompt = s.client.Labels, ""
+	}
 	fb, _, err := kind.New(spec)
 	if err != nil {
 		return nil, usageError(fmt.Errorf("--fallback-model: %w", err))

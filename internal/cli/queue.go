@@ -158,6 +158,11 @@ type pushOptions struct {
 	maxChars     int
 	prog         progressOptions
 	flags        *pflag.FlagSet
+	// provider and labels: the kind of model the batch is for (workers of
+	// another kind, or with other labels, are refused).
+	provider  string
+	labels    string
+	labelList []string
 }
 
 const (
@@ -208,6 +213,8 @@ before its last failure is final.`,
 	addDBFlags(fs, &o.db, true)
 	addInputFlags(fs, &o.in)
 	fs.StringVar(&o.model, "model", provider.DefaultModel, "model id the batch is for: workers with another --model are refused ("+provider.LocalModel+" for workers with --provider local)")
+	fs.StringVar(&o.provider, "provider", "hf", "the kind of model the batch is for: hf (a text-classification model: workers with --provider hf, tei or local) or chat (workers with --provider chat and the same --labels)")
+	fs.StringVar(&o.labels, "labels", "", "the labels the batch's answers are chosen from (required with --provider chat; with hf, zero-shot): workers with other --labels are refused")
 	fs.IntVar(&o.globalCap, "global-cap", 8, "rows running at once over all workers ("+rangeHelp(1, maxGlobalCap)+")")
 	fs.StringVar(&o.clientColumn, "client-column", "", "column naming each row's client (a team, a tenant), for --client-cap and fair shares")
 	fs.IntVar(&o.clientCap, "client-cap", 0, "rows running at once per client (0: no cap, else "+rangeHelp(1, maxGlobalCap)+"); needs --client-column")
@@ -234,6 +241,18 @@ func (o *pushOptions) validate() error {
 	}
 	if strings.TrimSpace(o.model) == "" {
 		return usageErrorf("--model must not be empty")
+	}
+	if o.provider != "hf" && o.provider != "chat" {
+		return usageErrorf("--provider %q: want hf or chat", o.provider)
+	}
+	if o.flags.Changed("labels") {
+		o.labelList = splitLabels(o.labels)
+		if err := provider.CheckLabels(o.labelList); err != nil {
+			return usageErrorf("--labels: %v", err)
+		}
+	}
+	if o.provider == "chat" && (len(o.labelList) == 0 || !o.flags.Changed("model")) {
+		return usageErrorf("--provider chat needs --model and --labels: the chat model and the labels its workers answer with")
 	}
 	if o.db.batch != "" {
 		if err := queue.CheckName(o.db.batch); err != nil {
@@ -296,7 +315,8 @@ func runPush(ctx context.Context, o *pushOptions, ios *IOStreams, log *slog.Logg
 	bar := newCountBar(ios, o.prog.show(ios), info.total, "push")
 	req := queue.PushRequest{
 		Spec: queue.Spec{Name: o.db.batch, Model: o.model, GlobalCap: o.globalCap, ClientColumn: o.clientColumn,
-			ClientCap: o.clientCap, GlobalRPS: o.globalRPS, Lease: o.lease, MaxAttempts: o.maxAttempts, MaxChars: o.maxChars},
+			ClientCap: o.clientCap, GlobalRPS: o.globalRPS, Lease: o.lease, MaxAttempts: o.maxAttempts, MaxChars: o.maxChars,
+			Provider: batchKind(o.provider), Labels: o.labelList},
 		Given:    o.flags.Changed,
 		Source:   info.name,
 		Digest:   info.digest,
@@ -439,6 +459,9 @@ func formatStatus(st *queue.Status) string {
 	// queue.Printable, so none forges a line or runs a terminal escape.
 	show := queue.Printable
 	fmt.Fprintf(&b, "batch:    %s (model %s, created %s)\n", show(bt.Name), show(bt.Model), bt.CreatedAt.UTC().Format(time.RFC3339))
+	if bt.Provider != "" || len(bt.Labels) > 0 {
+		fmt.Fprintf(&b, "provider: %s, labels %s\n", show(shownProvider(bt.Provider)), show(strings.Join(bt.Labels, ",")))
+	}
 	reserved := ""
 	if st.Reserved > 0 {
 		reserved = fmt.Sprintf(" (%d reserved)", st.Reserved)
@@ -654,4 +677,21 @@ flight and exits 1 at once; an idle one is woken by the drop.`,
 	addDBFlags(cmd.Flags(), o, true)
 	cmd.Flags().BoolVar(&yes, "yes", false, "confirm the drop")
 	return cmd
+}
+
+// batchKind is the kind of model a batch records for a --provider:
+// "chat", or "" for every text-classification kind.
+func batchKind(kind string) string {
+	if k, ok := provider.KindOf(kind); ok && k.Chat {
+		return "chat"
+	}
+	return ""
+}
+
+// shownProvider is a batch's provider as the flags name it.
+func shownProvider(p string) string {
+	if p == "" {
+		return "hf"
+	}
+	return p
 }

@@ -174,7 +174,7 @@ func (o *serveOptions) validate() error {
 			shortDuration(o.prov.admissionWait), shortDuration(o.requestTimeout))
 	}
 	for _, err := range []error{
-		o.eng.validate(o.prov.concurrency),
+		o.eng.validate(&o.prov),
 		// --shed is on by default: it contradicts --no-shed only when given.
 		contradict("--shed", "--no-shed", o.flags.Changed("shed") && o.shed && o.noShed),
 	} {

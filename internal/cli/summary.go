@@ -35,6 +35,10 @@ func summaryLine(s engine.Summary) string {
 	if s.Provider.FallbackCalls > 0 {
 		fmt.Fprintf(&b, " fallback_calls=%d", s.Provider.FallbackCalls)
 	}
+	if s.Provider.TokenCalls > 0 {
+		// Only a provider that reports usage (chat) has tokens to count.
+		fmt.Fprintf(&b, " prompt_tokens=%d completion_tokens=%d", s.Provider.PromptTokens, s.Provider.CompletionTokens)
+	}
 	fmt.Fprintf(&b, " retries=%d max_active=%d elapsed=%s", s.Provider.Retries, s.MaxActive, s.Elapsed.Round(time.Millisecond))
 	if secs := s.Elapsed.Seconds(); secs > 0 {
 		fmt.Fprintf(&b, " rows/s=%.1f", float64(s.Rows)/secs)
@@ -55,35 +59,40 @@ type summaryJSON struct {
 	Outcomes      map[string]int64 `json:"outcomes"`
 	Calls         int64            `json:"calls"`
 	FallbackCalls int64            `json:"fallback_calls"`
-	Kept          int64            `json:"kept"`
-	Reused        int64            `json:"reused"`
-	Retries       int64            `json:"retries"`
-	MaxActive     int64            `json:"max_active"`
-	ElapsedSec    float64          `json:"elapsed_s"`
-	RowsPerSec    float64          `json:"rows_per_s"`
-	Stop          string           `json:"stop,omitempty"`
-	ExitCode      int              `json:"exit_code"`
-	Resilience    resilienceJSON   `json:"resilience"`
+	// Tokens the provider reported (chat; 0 for the others).
+	PromptTokens     int64          `json:"prompt_tokens"`
+	CompletionTokens int64          `json:"completion_tokens"`
+	Kept             int64          `json:"kept"`
+	Reused           int64          `json:"reused"`
+	Retries          int64          `json:"retries"`
+	MaxActive        int64          `json:"max_active"`
+	ElapsedSec       float64        `json:"elapsed_s"`
+	RowsPerSec       float64        `json:"rows_per_s"`
+	Stop             string         `json:"stop,omitempty"`
+	ExitCode         int            `json:"exit_code"`
+	Resilience       resilienceJSON `json:"resilience"`
 	ciSummary
 }
 
 func writeSummaryJSON(path string, s engine.Summary, v verdict) error {
 	code := v.Code
 	out := summaryJSON{
-		Resilience:    newResilienceJSON(s.Provider),
-		Rows:          s.Rows,
-		Written:       s.Written,
-		Lost:          s.Lost,
-		Outcomes:      map[string]int64{},
-		Calls:         s.Provider.Calls,
-		FallbackCalls: s.Provider.FallbackCalls,
-		Kept:          s.Kept,
-		Reused:        s.Reused,
-		Retries:       s.Provider.Retries,
-		MaxActive:     s.MaxActive,
-		ElapsedSec:    s.Elapsed.Seconds(),
-		Stop:          string(s.Stop),
-		ExitCode:      code,
+		Resilience:       newResilienceJSON(s.Provider),
+		Rows:             s.Rows,
+		Written:          s.Written,
+		Lost:             s.Lost,
+		Outcomes:         map[string]int64{},
+		Calls:            s.Provider.Calls,
+		FallbackCalls:    s.Provider.FallbackCalls,
+		PromptTokens:     s.Provider.PromptTokens,
+		CompletionTokens: s.Provider.CompletionTokens,
+		Kept:             s.Kept,
+		Reused:           s.Reused,
+		Retries:          s.Provider.Retries,
+		MaxActive:        s.MaxActive,
+		ElapsedSec:       s.Elapsed.Seconds(),
+		Stop:             string(s.Stop),
+		ExitCode:         code,
 	}
 	for _, c := range outcome.All() {
 		out.Outcomes[string(c)] = s.Counts[c]

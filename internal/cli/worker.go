@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -93,7 +95,7 @@ func (o *workerOptions) validate() error {
 	for _, err := range []error{
 		inRange("--lease", o.lease, minLease, maxLease, "the batch's"),
 		inRange("--poll", o.poll, 10*time.Millisecond, maxPollInterval, ""),
-		o.eng.validate(o.prov.concurrency),
+		o.eng.validate(&o.prov),
 		o.prog.validate(),
 	} {
 		if err != nil {
@@ -130,6 +132,20 @@ func runWorker(ctx context.Context, o *workerOptions, ios *IOStreams, log *slog.
 	if model != b.Model {
 		return usageErrorf("batch %q is for model %s, this worker's is %s: start it with --model %s (or --provider local for a batch pushed with --model %s)",
 			b.Name, queue.Printable(b.Model), queue.Printable(model), queue.Printable(b.Model), provider.LocalModel)
+	}
+	// And its kind of model and labels: a chat model's answers, or other
+	// labels', would be other answers in the same results.
+	if kind := batchKind(o.prov.provider); kind != b.Provider {
+		return usageErrorf("batch %q is for --provider %s, this worker's is %s: start it with --provider %s",
+			b.Name, shownProvider(b.Provider), o.prov.provider, shownProvider(b.Provider))
+	}
+	if !slices.Equal(o.prov.lab.list, b.Labels) {
+		want := "no --labels"
+		if len(b.Labels) > 0 {
+			want = "--labels " + queue.Printable(strings.Join(b.Labels, ","))
+		}
+		return usageErrorf("batch %q is for %s, this worker has %s: start it with %s",
+			b.Name, want, labelsShown(o.prov.lab.list), want)
 	}
 
 	host, _ := os.Hostname()
@@ -215,4 +231,11 @@ func randomID() string {
 	var b [4]byte
 	_, _ = rand.Read(b[:])
 	return hex.EncodeToString(b[:])
+}
+
+func labelsShown(l []string) string {
+	if len(l) == 0 {
+		return "none"
+	}
+	return "--labels " + queue.Printable(strings.Join(l, ","))
 }

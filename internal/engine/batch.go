@@ -235,12 +235,19 @@ func (p *Pipeline) send(ctx context.Context, permit *resilience.Permit, batch []
 	for i := range out {
 		res := &out[i]
 		res.StartedMs, res.LatencyMs, res.Model = startedMs, latency, p.guard.Model()
+		if u := row.Usage(); len(out) == 1 && u.Known {
+			// Every call of the row, a retried one's too, was paid for.
+			res.PromptTokens, res.CompletionTokens, res.Tokens = u.Prompt, u.Completion, true
+		}
 		if err != nil {
 			res.Outcome, res.Error, res.RetryAfter = code, msg, retryAfter
 			continue
 		}
 		pr := ans.Predictions[i]
 		res.Label, res.Score = pr.Label, pr.Score
+		if u := pr.Usage; len(out) > 1 && u.Known {
+			res.PromptTokens, res.CompletionTokens, res.Tokens = u.Prompt, u.Completion, true
+		}
 		if ans.Model != "" {
 			res.Model = ans.Model
 		}

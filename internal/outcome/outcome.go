@@ -24,6 +24,7 @@ const (
 	UpstreamNotFound        Code = "upstream_not_found"
 	UpstreamEndpoint        Code = "upstream_endpoint"
 	UpstreamPayload         Code = "upstream_payload"
+	UpstreamUnlabelled      Code = "upstream_unlabelled"
 	CircuitOpen             Code = "circuit_open"
 	NotAttempted            Code = "not_attempted"
 )

@@ -31,6 +31,10 @@ const (
 	// RetryTransient: when the provider's status says it may recover
 	// (connection errors, 5xx, the CDN's 520-524, TEI's 424), not otherwise.
 	RetryTransient
+	// RetryOnce: the call is sent once more, no more (a chat model whose
+	// answer named no label: at temperature 0 a third answer would be the
+	// second's).
+	RetryOnce
 )
 
 // unknownColour draws a code the table does not know.
@@ -68,6 +72,8 @@ var table = [...]Info{
 		Advice: "the endpoint refuses the call; check --endpoint (a batch would stop at once)"},
 	{Code: UpstreamPayload, Status: 502, Colour: "#e377c2",
 		Advice: "the endpoint answered, but not with a text classification"},
+	{Code: UpstreamUnlabelled, Status: 502, Retry: RetryOnce, Colour: "#bcbd22",
+		Advice: "the chat model answered, twice, with no label or several: its answer is in the error column; say it better with --prompt-file, or pick another --model"},
 	{Code: CircuitOpen, Status: 503, Colour: "#1f5fbf",
 		Advice: "the provider is failing: wait for the breaker to close, or answer meanwhile with --fallback-model"},
 	{Code: NotAttempted, Status: 503, Colour: "#c7c7c7",

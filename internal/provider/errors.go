@@ -43,6 +43,11 @@ type Error struct {
 	// none. RequestID is the id the server gave the call (x-request-id or
 	// x-inference-id), "" if none.
 	Reason, RequestID string
+	// Usage is what the failed call cost, when the server said (a chat
+	// answer that named no label was still paid for).
+	Usage Usage
+	// Limits is what the answer's rate-limit headers said, if any.
+	Limits Limits
 	// Err is the underlying cause, kept for errors.Is/As; never printed raw.
 	Err error
 }
@@ -106,7 +111,7 @@ func (e *Error) StopsRun() bool {
 // (its backend failed). Other 4xx, auth and payload errors are permanent.
 func (e *Error) Retryable() bool {
 	switch e.Outcome.Retry() {
-	case outcome.RetryAlways:
+	case outcome.RetryAlways, outcome.RetryOnce:
 		return true
 	case outcome.RetryTransient:
 		switch e.Status {

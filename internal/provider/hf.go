@@ -55,6 +55,9 @@ type HFConfig struct {
 	// Logger is told once when an endpoint answers a batch with a flat list
 	// (nil: not told).
 	Logger *slog.Logger
+	// Labels, when set, make the calls zero-shot: the labels are sent as
+	// parameters.candidate_labels (APIHF only).
+	Labels []string
 }
 
 // Request formats, as HFConfig.API names them.
@@ -67,6 +70,8 @@ const (
 	// [[TEXT], ...], "truncate": true}. TEI reads a flat list of two
 	// strings as ONE text pair, so a batch must be a list of lists.
 	APITEI = "tei"
+	// APIChat is OpenAI's Chat Completions (the chat provider's).
+	APIChat = "chat"
 )
 
 // DetectAPI is the request format for an endpoint URL: APITEI when its path
@@ -176,6 +181,9 @@ func NewHF(cfg HFConfig) (*HF, error) {
 	case APIHF, APITEI:
 	default:
 		return nil, fmt.Errorf("unknown API %q: want %s or %s", api, APIHF, APITEI)
+	}
+	if len(cfg.Labels) > 0 && api == APITEI {
+		return nil, errors.New("cannot be asked with --labels: text-embeddings-inference's /predict takes no candidate labels")
 	}
 	// A 301, 302 or 303 would turn the POST into a GET (and drop its
 	// body): it is not followed but answered, naming where it points. A
@@ -322,6 +330,9 @@ func (h *HF) Classify(ctx context.Context, call Call) (Answer, error) {
 		return Answer{}, &Error{Outcome: outcome.InvalidInput, Msg: "no text"}
 	}
 	body, err := payload(h.api, texts)
+	if len(h.cfg.Labels) > 0 {
+		body, err = zeroShotPayload(texts, h.cfg.Labels)
+	}
 	if err != nil {
 		return Answer{}, &Error{Outcome: outcome.InvalidInput, Msg: "text cannot be encoded", Err: err}
 	}
@@ -390,7 +401,12 @@ func (h *HF) do(ctx, actx context.Context, req *http.Request, n int, timeout tim
 			return Answer{}, &Error{Outcome: outcome.UpstreamPayload, Status: 200, Msg: "answer larger than 4 MiB"}
 		}
 		h.served.Store(true)
-		preds, err := ParseAnswer(body, n)
+		var preds []Prediction
+		if len(h.cfg.Labels) > 0 {
+			preds, err = ParseZeroShot(body, n, h.cfg.Labels)
+		} else {
+			preds, err = ParseAnswer(body, n)
+		}
 		if err != nil {
 			if errors.Is(err, ErrFlatBatch) && h.cfg.Logger != nil {
 				h.flat.Do(func() {

@@ -24,6 +24,9 @@ type Kind struct {
 	Endpoint string
 	// Model, when set, is the only model it answers with, whatever is asked.
 	Model string
+	// Chat: it asks a chat model (OpenAI's Chat Completions), which needs
+	// --labels, answers one text per call, and reports tokens.
+	Chat bool
 	// open makes its client.
 	open func(Spec) (Classifier, Info, error)
 }
@@ -40,6 +43,11 @@ type Spec struct {
 	UserAgent      string
 	// BillTo, when set, names the organisation that pays for the calls.
 	BillTo string
+	// Labels are the answers allowed: required for chat; with hf they ask
+	// a zero-shot model (parameters.candidate_labels).
+	Labels []string
+	// Prompt is chat's template ({labels}, {text}); "" the default.
+	Prompt string
 	// Client overrides the HTTP client (check's, which keeps the last
 	// answer); nil builds one.
 	Client *http.Client
@@ -57,6 +65,7 @@ type Info struct {
 var kinds = []Kind{
 	{Name: "hf", Remote: true, open: openHF("")},
 	{Name: APITEI, Remote: true, Endpoint: "the URL of the server's /predict, e.g. http://127.0.0.1:8080/predict", open: openHF(APITEI)},
+	{Name: "chat", Remote: true, Chat: true, open: openChat},
 	{Name: "local", Model: LocalModel, open: func(Spec) (Classifier, Info, error) { return NewLocal(), Info{}, nil }},
 }
 
@@ -92,10 +101,33 @@ func openHF(api string) func(Spec) (Classifier, Info, error) {
 			API:            api,
 			BillTo:         s.BillTo,
 			Logger:         s.Logger,
+			Labels:         s.Labels,
 		})
 		if err != nil {
 			return nil, Info{}, err
 		}
 		return hf, Info{URL: hf.URL(), API: hf.API()}, nil
 	}
+}
+
+// openChat makes the OpenAI-compatible chat client.
+func openChat(s Spec) (Classifier, Info, error) {
+	c, err := NewChat(ChatConfig{
+		Model:          s.Model,
+		Endpoint:       s.Endpoint,
+		Token:          s.Token,
+		Labels:         s.Labels,
+		Prompt:         s.Prompt,
+		Concurrency:    s.Concurrency,
+		Timeout:        s.Timeout,
+		ConnectTimeout: s.ConnectTimeout,
+		UserAgent:      s.UserAgent,
+		Client:         s.Client,
+		BillTo:         s.BillTo,
+		Logger:         s.Logger,
+	})
+	if err != nil {
+		return nil, Info{}, err
+	}
+	return c, Info{URL: c.URL(), API: APIChat}, nil
 }

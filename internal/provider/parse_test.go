@@ -16,11 +16,11 @@ func TestParseAnswerNestedAndFlat(t *testing.T) {
 		n          int
 		want       []Prediction
 	}{
-		{"nested top_k=1", `[[{"label":"POSITIVE","score":0.9987}]]`, 1, []Prediction{{"POSITIVE", 0.9987}}},
-		{"nested all labels picks best", `[[{"label":"NEGATIVE","score":0.1},{"label":"POSITIVE","score":0.9}]]`, 1, []Prediction{{"POSITIVE", 0.9}}},
-		{"flat single input", `[{"label":"NEGATIVE","score":0.7},{"label":"POSITIVE","score":0.3}]`, 1, []Prediction{{"NEGATIVE", 0.7}}},
-		{"nested batch", `[[{"label":"POSITIVE","score":0.8}],[{"label":"NEGATIVE","score":0.6}]]`, 2, []Prediction{{"POSITIVE", 0.8}, {"NEGATIVE", 0.6}}},
-		{"whitespace around", " \n[[{\"label\":\"LABEL_1\",\"score\":1}]]\n", 1, []Prediction{{"LABEL_1", 1}}},
+		{"nested top_k=1", `[[{"label":"POSITIVE","score":0.9987}]]`, 1, []Prediction{{Label: "POSITIVE", Score: 0.9987}}},
+		{"nested all labels picks best", `[[{"label":"NEGATIVE","score":0.1},{"label":"POSITIVE","score":0.9}]]`, 1, []Prediction{{Label: "POSITIVE", Score: 0.9}}},
+		{"flat single input", `[{"label":"NEGATIVE","score":0.7},{"label":"POSITIVE","score":0.3}]`, 1, []Prediction{{Label: "NEGATIVE", Score: 0.7}}},
+		{"nested batch", `[[{"label":"POSITIVE","score":0.8}],[{"label":"NEGATIVE","score":0.6}]]`, 2, []Prediction{{Label: "POSITIVE", Score: 0.8}, {Label: "NEGATIVE", Score: 0.6}}},
+		{"whitespace around", " \n[[{\"label\":\"LABEL_1\",\"score\":1}]]\n", 1, []Prediction{{Label: "LABEL_1", Score: 1}}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

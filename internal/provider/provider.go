@@ -19,7 +19,27 @@ const SampleText = "The repair was quick and the staff were friendly."
 // Prediction is the top label for one text.
 type Prediction struct {
 	Label string
+	// Score is the label's probability; NaN when the provider gave none (a
+	// chat model answering without logprobs): written blank.
 	Score float64
+	// Usage is the tokens the text's call cost, when the provider says.
+	Usage Usage
+}
+
+// Usage is what a call cost in tokens, as an OpenAI-style server's "usage"
+// reports it. Known is false when it reported none (and for the
+// text-classification and local providers).
+type Usage struct {
+	Prompt, Completion int
+	Known              bool
+}
+
+// Total is prompt plus completion tokens.
+func (u Usage) Total() int { return u.Prompt + u.Completion }
+
+// Add sums two usages; the sum is known when either is.
+func (u Usage) Add(v Usage) Usage {
+	return Usage{Prompt: u.Prompt + v.Prompt, Completion: u.Completion + v.Completion, Known: u.Known || v.Known}
 }
 
 // Answer is what one Classify call returns on success.
@@ -32,6 +52,18 @@ type Answer struct {
 	// Fallback is set when the fallback model answered because the primary
 	// could not be asked.
 	Fallback bool
+	// Limits is what the server's rate-limit headers said with the answer
+	// (x-ratelimit-remaining-tokens and the like); zero when it sent none.
+	Limits Limits
+}
+
+// Usage is the tokens the whole call cost.
+func (a Answer) Usage() Usage {
+	var u Usage
+	for _, p := range a.Predictions {
+		u = u.Add(p.Usage)
+	}
+	return u
 }
 
 // Call is one call to a provider: the texts, and what the policies ask of
@@ -68,4 +100,11 @@ type Classifier interface {
 // or the call's own when it is longer.
 func (c Call) attemptTimeout(d time.Duration) time.Duration {
 	return max(d, c.AttemptTimeout)
+}
+
+// TokenEstimator is a client that can guess, before a call, the tokens it
+// will cost (the chat client): a token limit reserves the guess, then
+// corrects it with the usage reported.
+type TokenEstimator interface {
+	EstimateTokens(texts []string) int
 }

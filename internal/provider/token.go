@@ -98,3 +98,17 @@ func pathErr(err error) string {
 	}
 	return err.Error()
 }
+
+// TokenFromEnv reads the token from the environment variable name
+// (--token-env): it must be set, and hold one line. The messages name the
+// variable, never the token.
+func TokenFromEnv(getenv func(string) string, name string) (Token, error) {
+	v := strings.TrimSpace(getenv(name))
+	if v == "" {
+		return Token{}, fmt.Errorf("%s is not set or empty (--token-env %s)", name, name)
+	}
+	if strings.IndexFunc(v, unicode.IsControl) >= 0 {
+		return Token{}, fmt.Errorf("%s has a line break or another control character inside the token; it must hold the token alone, on one line", name)
+	}
+	return Token{Value: v, Source: name}, nil
+}

@@ -73,6 +73,11 @@ type Spec struct {
 	Lease        time.Duration
 	MaxAttempts  int
 	MaxChars     int
+	// Provider is the kind of model the batch is for: "" a
+	// text-classification model (hf, tei, local), "chat" a chat model;
+	// Labels the labels its answers are chosen from (chat, or zero-shot).
+	Provider string
+	Labels   []string
 }
 
 // Batch is a batch as the database holds it.
@@ -92,7 +97,7 @@ func scanBatch(row pgx.Row) (*Batch, error) {
 	var leaseMs int64
 	err := row.Scan(&b.ID, &b.Name, &b.Model, &b.GlobalCap, &b.ClientColumn, &b.ClientCap, &b.GlobalRPS,
 		&leaseMs, &b.MaxAttempts, &b.MaxChars, &b.PausedUntil, &b.BreakerOpenUntil,
-		&b.CreatedAt, &b.StartedAt, &b.FinishedAt, &b.Rows)
+		&b.CreatedAt, &b.StartedAt, &b.FinishedAt, &b.Rows, &b.Provider, &b.Labels)
 	b.Lease = time.Duration(leaseMs) * time.Millisecond
 	return &b, err
 }

@@ -49,6 +49,9 @@ type Completion struct {
 	Error     string
 	WaitMs    int64 // from the claim to the first call; -1: never sent
 	TotalMs   int64 // from the claim to the result
+	// PromptTokens and CompletionTokens: the usage reported for this
+	// claim's calls; nil when none was.
+	PromptTokens, CompletionTokens *int32
 
 	// Promote is a reservation of this worker's that it started in this
 	// row's place when this row's call ended: the round trip makes it

@@ -146,14 +146,17 @@ func (s *Session) completionArgs(done []Completion) pgx.StrictNamedArgs {
 	action, oc, label, model, errs := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	score := make([]float64, n)
 	lat, wait, total := make([]int64, n), make([]int64, n), make([]int64, n)
+	pt, ct := make([]*int32, n), make([]*int32, n)
 	for i, c := range done {
+		pt[i], ct[i] = c.PromptTokens, c.CompletionTokens
 		seq[i], attempt[i], action[i], oc[i], label[i] = c.Seq, int32(c.Attempt), string(c.Action), c.Outcome, c.Label
 		score[i], model[i], attempts[i], lat[i], errs[i] = c.Score, c.Model, int32(c.Attempts), c.LatencyMs, c.Error
 		wait[i], total[i], delay[i] = c.WaitMs, max(0, c.TotalMs), max(0, c.Delay.Milliseconds())
 	}
 	return pgx.StrictNamedArgs{"batch": s.batch.ID, "owner": s.owner,
 		"seq": seq, "attempt": attempt, "action": action, "outcome": oc, "label": label, "score": score, "model": model,
-		"attempts": attempts, "latency_ms": lat, "error": errs, "wait_ms": wait, "total_ms": total, "delay_ms": delay}
+		"attempts": attempts, "latency_ms": lat, "error": errs, "wait_ms": wait, "total_ms": total, "delay_ms": delay,
+		"prompt_tokens": pt, "completion_tokens": ct}
 }
 
 // ceilMs is d in whole milliseconds, rounded up (0 stays 0).

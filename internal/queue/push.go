@@ -309,7 +309,7 @@ func (db *DB) ensureBatch(ctx context.Context, req PushRequest) (*Batch, bool, e
 	var id int64
 	err := db.Pool.QueryRow(ctx, sqlCreateBatch.sql, sqlCreateBatch.with(pgx.StrictNamedArgs{"name": s.Name, "model": s.Model,
 		"global_cap": s.GlobalCap, "client_column": cc, "client_cap": cl, "global_rps": rps, "lease_ms": s.Lease.Milliseconds(),
-		"max_attempts": s.MaxAttempts, "max_chars": s.MaxChars})).Scan(&id)
+		"max_attempts": s.MaxAttempts, "max_chars": s.MaxChars, "provider": s.Provider, "labels": s.Labels})).Scan(&id)
 	created := err == nil
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return nil, false, fmt.Errorf("creating batch %q: %s", s.Name, summarise(err))
@@ -327,6 +327,8 @@ func (db *DB) ensureBatch(ctx context.Context, req PushRequest) (*Batch, bool, e
 		have, want any
 	}{
 		{"model", b.Model, s.Model},
+		{"provider", b.Provider, s.Provider},
+		{"labels", strings.Join(b.Labels, ","), strings.Join(s.Labels, ",")},
 		{"global-cap", b.GlobalCap, s.GlobalCap},
 		{"client-column", b.ClientColumn, s.ClientColumn},
 		{"client-cap", b.ClientCap, s.ClientCap},
@@ -337,6 +339,9 @@ func (db *DB) ensureBatch(ctx context.Context, req PushRequest) (*Batch, bool, e
 	} {
 		if given(c.flag) && c.have != c.want {
 			have := fmt.Sprint(c.have)
+			if c.flag == "provider" && have == "" {
+				have = "hf"
+			}
 			return nil, false, fmt.Errorf("%w: batch %q was created with --%s %s; a push cannot change it (drop the batch, or push into a new one)",
 				ErrRefused, b.Name, c.flag, Printable(have))
 		}

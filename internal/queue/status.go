@@ -151,9 +151,19 @@ func (db *DB) Export(ctx context.Context, b *Batch, w *results.Writer, includeTe
 		for rows.Next() {
 			var r results.Row
 			var state, oc string
+			var pt, ct *int32
 			if err := rows.Scan(&r.RequestID, &state, &oc, &r.Label, &r.Score, &r.Model, &r.Attempts, &r.LatencyMs,
-				&r.Error, &r.QueuedMs, &r.StartedMs, &r.FinishedMs, &r.Text); err != nil {
+				&r.Error, &r.QueuedMs, &r.StartedMs, &r.FinishedMs, &r.Text, &pt, &ct); err != nil {
 				return err
+			}
+			if pt != nil || ct != nil {
+				r.Tokens = true
+				if pt != nil {
+					r.PromptTokens = int(*pt)
+				}
+				if ct != nil {
+					r.CompletionTokens = int(*ct)
+				}
 			}
 			r.Outcome = outcome.Code(oc)
 			if state != "done" {

@@ -239,6 +239,10 @@ func (w *Worker) completion(f finished) Completion {
 	c := Completion{Seq: f.c.Seq, Attempt: f.c.Attempt, Outcome: string(r.Outcome), Label: r.Label, Score: r.Score,
 		Model: r.Model, Attempts: r.Attempts, LatencyMs: r.LatencyMs, Error: r.Error,
 		WaitMs: -1, TotalMs: r.FinishedMs - r.QueuedMs}
+	if r.Tokens {
+		pt, ct := int32(r.PromptTokens), int32(r.CompletionTokens)
+		c.PromptTokens, c.CompletionTokens = &pt, &ct
+	}
 	if r.StartedMs >= 0 {
 		c.WaitMs = max(0, r.StartedMs-r.QueuedMs)
 		c.TotalMs = max(c.TotalMs, c.WaitMs)

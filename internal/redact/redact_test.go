@@ -74,3 +74,11 @@ func FuzzURL(f *testing.F) {
 		}
 	})
 }
+
+func TestTextRedactsMaskedKeys(t *testing.T) {
+	in := "Incorrect API key provided: sk-proj-abcd************************************wxyz. You can find your API key at https://platform.openai.com/account/api-keys."
+	got := Text(in)
+	if strings.Contains(got, "abcd") || strings.Contains(got, "wxyz") || !strings.Contains(got, "Incorrect API key provided: "+Mark) {
+		t.Fatalf("%q", got)
+	}
+}

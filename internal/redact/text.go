@@ -8,7 +8,9 @@ import (
 // tokenLike matches what looks like a credential in free text: a Hugging
 // Face token (hf_...), an OpenAI-style key (sk-...), and the value after
 // "Bearer ".
-var tokenLike = regexp.MustCompile(`\b(?:hf_[A-Za-z0-9]{8,}|sk-[A-Za-z0-9_-]{16,})|(?i:bearer)\s+[A-Za-z0-9._~+/=-]{8,}`)
+// A key a server quotes masked (OpenAI: "sk-proj-****...abcd") still shows
+// its first and last characters: it is redacted whole too.
+var tokenLike = regexp.MustCompile(`\b(?:hf_[A-Za-z0-9]{8,}|sk-[A-Za-z0-9_-]{16,}|(?:sk|hf)[-_][A-Za-z0-9_-]*\*{3,}[A-Za-z0-9_*-]*)|(?i:bearer)\s+[A-Za-z0-9._~+/=-]{8,}`)
 
 // urlLike matches a URL in free text, up to the first space or quote.
 var urlLike = regexp.MustCompile(`(?i)\bhttps?://[^\s"'<>]+`)

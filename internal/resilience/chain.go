@@ -79,6 +79,16 @@ type Config struct {
 	BreakerCooldown  time.Duration
 	BreakerProbes    int
 
+	// TPM paces the tokens sent (prompt and completion) to at most TPM a
+	// minute, TPM/60 a second in bursts of one second's worth: each call
+	// reserves the client's estimate first (a provider.TokenEstimator) and
+	// is corrected by the usage it reports (tokens.go). 0: none.
+	TPM float64
+	// PaceByHeaders, without TPM, holds calls back when the server's
+	// x-ratelimit-remaining-* headers say the next would be refused,
+	// counting the calls in flight against what they say remains.
+	PaceByHeaders bool
+
 	// Fallback answers rows while the breaker is open; nil means rows wait.
 	Fallback provider.Classifier
 
@@ -193,6 +203,9 @@ func Build(client provider.Classifier, cfg Config) *Guard {
 	if cfg.RPS > 0 {
 		limiter = newRateLayer(cfg.RPS, cfg.Burst)
 		chain = limiter.wrap(chain)
+	}
+	if est, ok := client.(provider.TokenEstimator); ok && (cfg.TPM > 0 || cfg.PaceByHeaders) {
+		chain = newTokenLayer(chain, est, cfg.TPM)
 	}
 	g.br = newBreaker(chain, cfg, g.slots, g.run)
 	g.inner = &gate{inner: g.br, slots: g.slots, cool: g.cool}
@@ -353,6 +366,7 @@ const (
 	waitNone waitKind = iota
 	waitSlot
 	waitRate
+	waitTokens
 	waitCooldown
 	waitBreaker
 	waitBackoff
@@ -394,6 +408,10 @@ type Row struct {
 // row, the verdict's sample text included.
 func (r *Row) Attempts() int { return r.sent + r.sampled }
 
+// Usage is the tokens the row's calls cost (to either model), as far as
+// the provider reported them.
+func (r *Row) Usage() provider.Usage { return r.usage }
+
 // FallbackAttempts is the number of calls sent to the fallback model.
 func (r *Row) FallbackAttempts() int { return r.fallbacks }
 
@@ -404,16 +422,17 @@ func (r *Row) FirstAttempt() (at time.Time, ok bool) { return r.first, !r.first.
 
 // rowState is what the layers know about one row's calls.
 type rowState struct {
-	sent      int       // calls sent to the primary provider by the row's loop
-	sampled   int       // the verdict's sample texts sent on the row's behalf
-	fallbacks int       // calls sent to the fallback model
-	first     time.Time // when its first call (to either model) was sent
-	sentAt    time.Time // when the last primary call was sent
-	last      error     // the last real provider error
-	failed    bool      // an attempt failed in a way that counts for the breaker
-	timedOut  bool      // an attempt timed out
-	freshWait bool      // counted among the breaker's fresh waiters
-	counted   bool      // and that failure is already in the breaker's rate
+	sent      int            // calls sent to the primary provider by the row's loop
+	sampled   int            // the verdict's sample texts sent on the row's behalf
+	fallbacks int            // calls sent to the fallback model
+	first     time.Time      // when its first call (to either model) was sent
+	sentAt    time.Time      // when the last primary call was sent
+	last      error          // the last real provider error
+	usage     provider.Usage // tokens reported for its calls
+	failed    bool           // an attempt failed in a way that counts for the breaker
+	timedOut  bool           // an attempt timed out
+	freshWait bool           // counted among the breaker's fresh waiters
+	counted   bool           // and that failure is already in the breaker's rate
 	waiting   waitKind
 	// A loading model: later attempts ask the API to hold the call until it
 	// is up, and may take that long. waitFromStart: the caller asked so for
@@ -479,6 +498,7 @@ func (m *meter) attempt(ctx context.Context, r *Row, c provider.Call) (provider.
 	if err == nil {
 		m.run.succeeded.Store(true)
 	}
+	m.c.countUsage(r, ans, err)
 	if pe, ok := provider.AsError(err); ok {
 		switch pe.Outcome {
 		case outcome.UpstreamRateLimited:
@@ -562,5 +582,7 @@ func (m *fallbackMeter) attempt(ctx context.Context, r *Row, c provider.Call) (p
 	if r.first.IsZero() {
 		r.first = time.Now()
 	}
-	return m.client.Classify(ctx, c)
+	ans, err := m.client.Classify(ctx, c)
+	m.c.countUsage(r, ans, err)
+	return ans, err
 }

@@ -3,6 +3,8 @@ package resilience
 import (
 	"sync/atomic"
 	"time"
+
+	"github.com/hfsent/hfsent/internal/provider"
 )
 
 // Counters are what the layers saw during a run. The caller makes one and
@@ -15,6 +17,12 @@ type Counters struct {
 	BreakerOpenings atomic.Int64 // closed -> open transitions (outages, not failed probes)
 	FallbackRows    atomic.Int64 // rows the fallback model answered
 	FallbackCalls   atomic.Int64 // calls sent to the fallback model
+	// PromptTokens and CompletionTokens sum the usage the provider
+	// reported (chat), failed calls' too; TokenCalls counts the calls that
+	// reported some.
+	PromptTokens     atomic.Int64
+	CompletionTokens atomic.Int64
+	TokenCalls       atomic.Int64
 
 	// Observe, when set before the run, is told of every primary call's
 	// duration and result (for a latency histogram).
@@ -28,6 +36,21 @@ type Counters struct {
 	openNanos atomic.Int64 // time spent not closed, finished spells
 	openedAt  atomic.Int64 // unix nanos of the current spell, 0 when closed
 	cooldowns atomic.Int64 // shared pauses started by a 429 with Retry-After
+}
+
+// countUsage adds what a call cost to the counters and to its row.
+func (c *Counters) countUsage(r *Row, ans provider.Answer, err error) {
+	u := ans.Usage()
+	if pe, ok := provider.AsError(err); ok {
+		u = pe.Usage
+	}
+	if !u.Known {
+		return
+	}
+	r.usage = r.usage.Add(u)
+	c.PromptTokens.Add(int64(u.Prompt))
+	c.CompletionTokens.Add(int64(u.Completion))
+	c.TokenCalls.Add(1)
 }
 
 func (c *Counters) callStarted() {
@@ -75,19 +98,21 @@ func (c *Counters) Limit() int { return int(c.limit.Load()) }
 type Stats struct {
 	// Policies: the calls went through the policies (retries, limits, the
 	// breaker); false for a Plain guard's, which only bounds and counts them.
-	Policies        bool
-	Calls           int64 // calls sent to the primary provider, retries included
-	Retries         int64 // calls after the first of a row
-	FallbackCalls   int64 // calls sent to the fallback model
-	RateLimited     int64
-	Timeouts        int64
-	BreakerOpenings int64
-	BreakerOpen     time.Duration // time the breaker was open or probing
-	FallbackRows    int64
-	Cooldowns       int64 // shared pauses after a 429 with Retry-After
-	MaxInFlight     int64
-	Limit           int // final adaptive limit; 0 when not adaptive
-	CallsPerSec     float64
+	Policies      bool
+	Calls         int64 // calls sent to the primary provider, retries included
+	Retries       int64 // calls after the first of a row
+	FallbackCalls int64 // calls sent to the fallback model
+	// Tokens reported (chat); TokenCalls: the calls that reported them.
+	PromptTokens, CompletionTokens, TokenCalls int64
+	RateLimited                                int64
+	Timeouts                                   int64
+	BreakerOpenings                            int64
+	BreakerOpen                                time.Duration // time the breaker was open or probing
+	FallbackRows                               int64
+	Cooldowns                                  int64 // shared pauses after a 429 with Retry-After
+	MaxInFlight                                int64
+	Limit                                      int // final adaptive limit; 0 when not adaptive
+	CallsPerSec                                float64
 }
 
 // Snapshot copies the counters; elapsed is the run's wall time, for calls/s.
@@ -100,17 +125,20 @@ func (c *Counters) Snapshot(elapsed time.Duration) Stats {
 		open += time.Since(time.Unix(0, at))
 	}
 	s := Stats{
-		Calls:           c.Calls.Load(),
-		Retries:         c.Retries.Load(),
-		FallbackCalls:   c.FallbackCalls.Load(),
-		RateLimited:     c.RateLimited.Load(),
-		Timeouts:        c.Timeouts.Load(),
-		BreakerOpenings: c.BreakerOpenings.Load(),
-		BreakerOpen:     open,
-		FallbackRows:    c.FallbackRows.Load(),
-		Cooldowns:       c.cooldowns.Load(),
-		MaxInFlight:     c.maxInFlight.Load(),
-		Limit:           c.Limit(),
+		Calls:            c.Calls.Load(),
+		Retries:          c.Retries.Load(),
+		FallbackCalls:    c.FallbackCalls.Load(),
+		PromptTokens:     c.PromptTokens.Load(),
+		CompletionTokens: c.CompletionTokens.Load(),
+		TokenCalls:       c.TokenCalls.Load(),
+		RateLimited:      c.RateLimited.Load(),
+		Timeouts:         c.Timeouts.Load(),
+		BreakerOpenings:  c.BreakerOpenings.Load(),
+		BreakerOpen:      open,
+		FallbackRows:     c.FallbackRows.Load(),
+		Cooldowns:        c.cooldowns.Load(),
+		MaxInFlight:      c.maxInFlight.Load(),
+		Limit:            c.Limit(),
 	}
 	if secs := elapsed.Seconds(); secs > 0 {
 		s.CallsPerSec = float64(s.Calls) / secs

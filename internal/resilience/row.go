@@ -50,6 +50,10 @@ func (g *Guard) Classify(ctx context.Context, r *Row, texts []string) (provider.
 		if !ok || !pe.Retryable() || pe.Unreachable {
 			return provider.Answer{}, err
 		}
+		if pe.Outcome.Retry() == outcome.RetryOnce && r.sent > 1 {
+			// Asked again once already (a chat answer naming no label).
+			return provider.Answer{}, err
+		}
 		if g.cfg.WarmUpOnly && !pe.Loading && (!pe.Cold || r.coldRetried) {
 			// Not warming up (or a replica still not up to a call its
 			// proxy was asked to hold): this is the row's answer.
@@ -212,6 +216,13 @@ func (g *Guard) end(ctx context.Context, row *rowState, err error) error {
 	case waitSlot:
 		return &provider.Error{Outcome: outcome.LocalCapacity,
 			Msg: fmt.Sprintf("not sent: no free slot (--concurrency %d) before the row's deadline", g.slots.Max())}
+	case waitTokens:
+		what := "the server's x-ratelimit headers"
+		if g.cfg.TPM > 0 {
+			what = fmt.Sprintf("--tpm %g", g.cfg.TPM)
+		}
+		return &provider.Error{Outcome: outcome.LocalCapacity,
+			Msg: fmt.Sprintf("not sent: the token limit (%s) had no turn for it before the row's deadline", what)}
 	case waitRate:
 		return &provider.Error{Outcome: outcome.LocalCapacity,
 			Msg: fmt.Sprintf("not sent: the rate limit (--rps %g) had no turn for it before the row's deadline", g.cfg.RPS)}

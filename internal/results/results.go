@@ -16,12 +16,24 @@ import (
 )
 
 // Columns is the header of a results file, in order; "text" is appended when
-// the input text is copied.
+// the input text is copied, then the token columns (after every column
+// that was there before them, so that a script reading by position reads
+// what it read).
 var columns = []string{"request_id", "status", "label", "score", "outcome", "model",
 	"attempts", "latency_ms", "error", "queued_ms", "started_ms", "finished_ms"}
 
+// tokenColumns are the tokens a chat model's call cost, as its usage said.
+var tokenColumns = []string{"prompt_tokens", "completion_tokens"}
+
 // Columns returns the header, with the text column when includeText is set.
 func Columns(includeText bool) []string {
+	c := legacyColumns(includeText)
+	return append(c, tokenColumns...)
+}
+
+// legacyColumns is the header written before the token columns: --resume
+// and report still read such files.
+func legacyColumns(includeText bool) []string {
 	c := append([]string(nil), columns...)
 	if includeText {
 		c = append(c, "text")
@@ -45,6 +57,11 @@ type Row struct {
 	StartedMs  int64
 	FinishedMs int64
 	Text       string
+	// PromptTokens and CompletionTokens are the usage the provider
+	// reported for the row's calls; Tokens is false when it reported none
+	// (written blank).
+	PromptTokens, CompletionTokens int
+	Tokens                         bool
 	// RetryAfter is when a caller may try again (serve's Retry-After on a
 	// 503); not written.
 	RetryAfter time.Duration
@@ -59,7 +76,7 @@ func RoundScore(f float64) float64 { return math.Round(f*1e4) / 1e4 }
 func (r Row) record(dst []string, includeText, raw bool) []string {
 	dst = dst[:0]
 	score, started, latency := "", "", ""
-	if r.Label != "" {
+	if r.Label != "" && !math.IsNaN(r.Score) {
 		score = strconv.FormatFloat(RoundScore(r.Score), 'f', -1, 64)
 	}
 	if r.StartedMs >= 0 {
@@ -77,6 +94,11 @@ func (r Row) record(dst []string, includeText, raw bool) []string {
 		strconv.FormatInt(r.QueuedMs, 10), started, strconv.FormatInt(r.FinishedMs, 10))
 	if includeText {
 		dst = append(dst, guard(r.Text))
+	}
+	if r.Tokens {
+		dst = append(dst, strconv.Itoa(r.PromptTokens), strconv.Itoa(r.CompletionTokens))
+	} else {
+		dst = append(dst, "", "")
 	}
 	return dst
 }

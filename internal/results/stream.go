@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"slices"
 	"sync/atomic"
 
@@ -28,6 +29,9 @@ type record struct {
 	StartedMs  *int64   `csv:"started_ms,omitempty"`
 	FinishedMs int64    `csv:"finished_ms"`
 	Text       string   `csv:"text"`
+	// Absent from a file written before them: nil.
+	PromptTokens     *int `csv:"prompt_tokens,omitempty"`
+	CompletionTokens *int `csv:"completion_tokens,omitempty"`
 }
 
 func (r record) row() Row {
@@ -37,6 +41,17 @@ func (r record) row() Row {
 		Attempts: r.Attempts, Error: Unguard(r.Error), QueuedMs: r.QueuedMs, StartedMs: -1, FinishedMs: r.FinishedMs, Text: Unguard(r.Text)}
 	if r.Score != nil {
 		row.Score = *r.Score
+	} else if row.Label != "" {
+		row.Score = math.NaN() // a label with no score (a chat answer without logprobs)
+	}
+	if r.PromptTokens != nil || r.CompletionTokens != nil {
+		row.Tokens = true
+		if r.PromptTokens != nil {
+			row.PromptTokens = *r.PromptTokens
+		}
+		if r.CompletionTokens != nil {
+			row.CompletionTokens = *r.CompletionTokens
+		}
 	}
 	if r.StartedMs != nil {
 		row.StartedMs = *r.StartedMs
@@ -88,8 +103,8 @@ func NewStream(r io.ReaderAt, size int64, includeText bool) (*Stream, error) {
 	if err != nil {
 		return nil, err
 	}
-	if want := Columns(includeText); !slices.Equal(header, want) {
-		if slices.Equal(header, Columns(!includeText)) {
+	if want := Columns(includeText); !slices.Equal(header, want) && !slices.Equal(header, legacyColumns(includeText)) {
+		if slices.Equal(header, Columns(!includeText)) || slices.Equal(header, legacyColumns(!includeText)) {
 			return nil, fmt.Errorf("%w: it was written %s --include-text", ErrHeader, map[bool]string{true: "with", false: "without"}[!includeText])
 		}
 		return nil, ErrHeader

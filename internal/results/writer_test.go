@@ -21,9 +21,9 @@ func TestWriterFormatsAndFreezes(t *testing.T) {
 	if err := w.Write(rows); err != nil {
 		t.Fatal(err)
 	}
-	want := "request_id,status,label,score,outcome,model,attempts,latency_ms,error,queued_ms,started_ms,finished_ms,text\n" +
-		"a,200,POSITIVE,0.9988,success,m,2,31,,1,2,33,\"x, \"\"y\"\"\"\n" +
-		"b,422,,,invalid_input,,0,,blank text,3,,3,\n"
+	want := "request_id,status,label,score,outcome,model,attempts,latency_ms,error,queued_ms,started_ms,finished_ms,text,prompt_tokens,completion_tokens\n" +
+		"a,200,POSITIVE,0.9988,success,m,2,31,,1,2,33,\"x, \"\"y\"\"\",,\n" +
+		"b,422,,,invalid_input,,0,,blank text,3,,3,,,\n"
 	if buf.String() != want {
 		t.Fatalf("got\n%s\nwant\n%s", buf.String(), want)
 	}
@@ -42,7 +42,7 @@ func TestStatusTable(t *testing.T) {
 		outcome.UpstreamTimeout: 504, outcome.UpstreamRateLimited: 503, outcome.UpstreamFailed: 502,
 		outcome.UpstreamRequestRejected: 502, outcome.UpstreamAuth: 502, outcome.UpstreamPayload: 502,
 		outcome.UpstreamQuota: 502, outcome.UpstreamNotFound: 502, outcome.UpstreamEndpoint: 502,
-		outcome.CircuitOpen: 503, outcome.NotAttempted: 503,
+		outcome.UpstreamUnlabelled: 502, outcome.CircuitOpen: 503, outcome.NotAttempted: 503,
 	}
 	if len(outcome.All()) != len(want) {
 		t.Fatalf("%d codes, the table has %d", len(outcome.All()), len(want))

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"reflect"
 	"sort"
@@ -28,10 +29,19 @@ type textRequest struct {
 // feedbackResponse is the answer of the service hfsent replaces: keep
 // these names.
 type feedbackResponse struct {
-	RequestID string  `json:"request_id"`
-	Label     string  `json:"label"`
-	Score     float64 `json:"score"`
-	Model     string  `json:"model"`
+	RequestID string   `json:"request_id"`
+	Label     string   `json:"label"`
+	Score     *float64 `json:"score"` // null: a chat answer without logprobs
+	Model     string   `json:"model"`
+}
+
+// score is a row's score as answered: rounded, nil when it has none.
+func score(r results.Row) *float64 {
+	if math.IsNaN(r.Score) {
+		return nil
+	}
+	sc := results.RoundScore(r.Score)
+	return &sc
 }
 
 type classifyResponse struct {
@@ -81,7 +91,7 @@ func (s *Server) feedback(x *exchange) {
 		return
 	}
 	x.code = string(res.Outcome)
-	x.json(http.StatusOK, feedbackResponse{RequestID: req.RequestID, Label: res.Label, Score: results.RoundScore(res.Score), Model: res.Model})
+	x.json(http.StatusOK, feedbackResponse{RequestID: req.RequestID, Label: res.Label, Score: score(res), Model: res.Model})
 }
 
 // classifyItems answers POST /v1/classify: one result per item, in order,
@@ -169,8 +179,8 @@ func (s *Server) classifyItems(x *exchange) {
 func (s *Server) item(r results.Row) itemResult {
 	it := itemResult{RequestID: r.RequestID, Status: r.Status(), Outcome: string(r.Outcome), Attempts: r.Attempts}
 	if r.Label != "" {
-		l, sc := r.Label, results.RoundScore(r.Score)
-		it.Label, it.Score = &l, &sc
+		l := r.Label
+		it.Label, it.Score = &l, score(r)
 	}
 	if r.Model != "" {
 		m := r.Model

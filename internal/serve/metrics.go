@@ -85,6 +85,8 @@ func NewMetrics(counters *resilience.Counters) *Metrics {
 		counter("hfsent_breaker_openings_total", "Times the circuit breaker opened (outages, not failed probes).", c.BreakerOpenings.Load),
 		counter("hfsent_fallback_rows_total", "Texts answered by --fallback-model.", c.FallbackRows.Load),
 		counter("hfsent_fallback_calls_total", "Calls sent to --fallback-model.", c.FallbackCalls.Load),
+		counter("hfsent_provider_prompt_tokens_total", "Prompt tokens the provider reported (usage of chat calls, failed ones too).", c.PromptTokens.Load),
+		counter("hfsent_provider_completion_tokens_total", "Completion tokens the provider reported (usage of chat calls, failed ones too).", c.CompletionTokens.Load),
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)

@@ -87,7 +87,7 @@ func (s *Server) document() []byte {
 		"properties": obj{
 			"request_id": obj{"type": "string"},
 			"label":      obj{"type": "string", "description": "the model's highest-scoring label, e.g. POSITIVE"},
-			"score":      obj{"type": "number", "minimum": 0, "maximum": 1, "description": "rounded to 4 places"},
+			"score":      obj{"type": []string{"number", "null"}, "minimum": 0, "maximum": 1, "description": "rounded to 4 places; null when the model gave no probability (a chat model without logprobs)"},
 			"model":      obj{"type": "string", "description": "the model that answered: --fallback-model's id when it did"},
 		},
 	}

@@ -12,8 +12,9 @@ with done as (
 	-- The results, one array per column.
 	select * from unnest(@seq::bigint[], @attempt::int[], @action::text[], @outcome::text[], @label::text[], @score::float8[],
 	                     @model::text[], @attempts::int[], @latency_ms::bigint[], @error::text[], @wait_ms::bigint[],
-	                     @total_ms::bigint[], @delay_ms::bigint[])
-	  as done(seq, attempt, action, outcome, label, score, model, attempts, latency_ms, error, wait_ms, total_ms, delay_ms)
+	                     @total_ms::bigint[], @delay_ms::bigint[], @prompt_tokens::int[], @completion_tokens::int[])
+	  as done(seq, attempt, action, outcome, label, score, model, attempts, latency_ms, error, wait_ms, total_ms, delay_ms,
+	          prompt_tokens, completion_tokens)
 ),
 written as (
 	-- The fence: state, owner, attempt.
@@ -35,7 +36,7 @@ queued as (
 ),
 saved as (
 	insert into hfsent.result as r (batch_id, seq, outcome, label, score, model, attempts, claims, latency_ms, error,
-	                                queued_ms, started_ms, finished_ms, finished_at, worker)
+	                                queued_ms, started_ms, finished_ms, finished_at, worker, prompt_tokens, completion_tokens)
 	select @batch, done.seq, done.outcome, done.label, done.score, done.model,
 	       -- The provider calls of every claim of the row: those of the
 	       -- results before (prior), one for each claim since that wrote
@@ -44,7 +45,12 @@ saved as (
 	       -- result.claims), and this claim's.
 	       coalesce(prior.attempts, 0) + greatest(0, done.attempt - 1 - coalesce(prior.claims, 0)) + done.attempts,
 	       done.attempt, done.latency_ms, done.error,
-	       queued.ms, case when done.wait_ms >= 0 then queued.ms + done.wait_ms end, queued.ms + done.total_ms, clock_timestamp(), @owner
+	       queued.ms, case when done.wait_ms >= 0 then queued.ms + done.wait_ms end, queued.ms + done.total_ms, clock_timestamp(), @owner,
+	       -- The tokens of every claim's calls (null: none reported, ever).
+	       case when coalesce(prior.prompt_tokens, done.prompt_tokens) is not null
+	            then coalesce(prior.prompt_tokens, 0) + coalesce(done.prompt_tokens, 0) end,
+	       case when coalesce(prior.completion_tokens, done.completion_tokens) is not null
+	            then coalesce(prior.completion_tokens, 0) + coalesce(done.completion_tokens, 0) end
 	from done join queued on queued.seq = done.seq
 	left join hfsent.result prior on prior.batch_id = @batch and prior.seq = done.seq
 	where done.action <> 'giveback'
@@ -52,7 +58,8 @@ saved as (
 		outcome = excluded.outcome, label = excluded.label, score = excluded.score, model = excluded.model,
 		attempts = excluded.attempts, claims = excluded.claims, latency_ms = excluded.latency_ms, error = excluded.error,
 		queued_ms = excluded.queued_ms, started_ms = excluded.started_ms, finished_ms = excluded.finished_ms,
-		finished_at = excluded.finished_at, worker = excluded.worker
+		finished_at = excluded.finished_at, worker = excluded.worker,
+		prompt_tokens = excluded.prompt_tokens, completion_tokens = excluded.completion_tokens
 )
 select seq from written
 union all

@@ -1,0 +1,146 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/spf13/pflag"
+
+	"github.com/hfsent/hfsent/internal/provider"
+)
+
+// labelOptions are the flags that ask a model to choose among labels:
+// --labels (chat; zero-shot with hf), --prompt-file (chat), --token-env
+// and --tpm. They are provider flags (classify, serve, worker).
+type labelOptions struct {
+	labels     string
+	promptFile string
+	tokenEnv   string
+	tpm        int
+
+	// Read by validate: the labels split, the template read.
+	list   []string
+	prompt string
+}
+
+// Bounds of --tpm and of a --prompt-file.
+const (
+	maxTPM        = 1_000_000_000
+	maxPromptSize = 64 << 10
+)
+
+func addLabelFlags(fs *pflag.FlagSet, o *labelOptions) {
+	fs.StringVar(&o.labels, "labels", "", fmt.Sprintf("comma-separated labels the model must choose from (%d to %d, distinct): required with --provider chat; with --provider hf, zero-shot classification (sent as parameters.candidate_labels)", provider.MinLabels, provider.MaxLabels))
+	fs.StringVar(&o.promptFile, "prompt-file", "", "chat: a template sent as the user message instead of the default instruction; {labels} is replaced by the labels, {text} (required) by the row's text")
+	fs.StringVar(&o.tokenEnv, "token-env", "", "read the token from this environment variable instead of HF_TOKEN and the token file (e.g. OPENAI_API_KEY)")
+	fs.IntVar(&o.tpm, "tpm", 0, "tokens per minute (prompt and completion) sent to a chat provider, paced at tpm/60 a second (0: paced by the server's x-ratelimit headers, else "+rangeHelp(1, maxTPM)+")")
+}
+
+// chatFallback is the prefix of a --fallback-model asked as a chat model
+// ("chat:MODEL"); "hf:MODEL" names a Hugging Face API model.
+const (
+	chatPrefix = "chat:"
+	hfPrefix   = "hf:"
+)
+
+// splitLabels reads --labels: comma-separated, spaces around each trimmed.
+func splitLabels(v string) []string {
+	var out []string
+	for _, l := range strings.Split(v, ",") {
+		out = append(out, strings.TrimSpace(l))
+	}
+	return out
+}
+
+// validate checks the label flags for kind (and the fallback's), before
+// anything is opened or sent; it reads --prompt-file.
+func (o *labelOptions) validate(kind provider.Kind, fs *pflag.FlagSet, fallback string) error {
+	given := fs != nil && fs.Changed("labels")
+	if given {
+		o.list = splitLabels(o.labels)
+		if err := provider.CheckLabels(o.list); err != nil {
+			return usageErrorf("--labels: %v", err)
+		}
+	}
+	if kind.Chat && !given {
+		return usageErrorf("--provider chat needs --labels a,b,...: the labels the model must answer with")
+	}
+	if o.promptFile != "" {
+		if !kind.Chat && !strings.HasPrefix(fallback, chatPrefix) {
+			return usageErrorf("--prompt-file is for --provider chat (or a chat:MODEL --fallback-model)")
+		}
+		b, err := os.ReadFile(o.promptFile)
+		switch {
+		case err != nil:
+			return usageErrorf("--prompt-file: cannot read %s: %s", o.promptFile, pathErr(err))
+		case len(b) > maxPromptSize:
+			return usageErrorf("--prompt-file: %s is larger than %d KiB", o.promptFile, maxPromptSize>>10)
+		case !utf8.Valid(b):
+			return usageErrorf("--prompt-file: %s is not UTF-8", o.promptFile)
+		case !strings.Contains(string(b), "{text}"):
+			return usageErrorf("--prompt-file: %s has no {text}: the row's text would not be sent", o.promptFile)
+		}
+		o.prompt = string(b)
+	}
+	if o.tokenEnv != "" && !envName(o.tokenEnv) {
+		return usageErrorf("--token-env %q is not an environment variable name (letters, digits, _)", o.tokenEnv)
+	}
+	if err := inRange("--tpm", o.tpm, 1, maxTPM, "paced by the server's headers"); err != nil {
+		return err
+	}
+	if o.tpm > 0 && !kind.Chat {
+		return usageErrorf("--tpm is for --provider chat: only a chat provider reports the tokens it counts (a chat --fallback-model is not paced by it)")
+	}
+	if given && kind.Endpoint != "" {
+		return usageErrorf("--labels is not for --provider %s: its server takes no candidate labels", kind.Name)
+	}
+	return nil
+}
+
+func envName(s string) bool {
+	for i, c := range s {
+		if !(c == '_' || c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || i > 0 && c >= '0' && c <= '9') {
+			return false
+		}
+	}
+	return s != ""
+}
+
+// pathErr is an os error without the path it repeats.
+func pathErr(err error) string {
+	var pe *os.PathError
+	if errors.As(err, &pe) {
+		return pe.Err.Error()
+	}
+	return err.Error()
+}
+
+// resolveToken is the token the flags say: from --token-env's variable
+// (which must hold one), else as huggingface_hub finds it.
+func (o *labelOptions) resolveToken(getenv func(string) string) (provider.Token, error) {
+	if o.tokenEnv == "" {
+		return provider.ResolveToken(getenv)
+	}
+	return provider.TokenFromEnv(getenv, o.tokenEnv)
+}
+
+// fallbackKind reads --fallback-model: "local", "chat:MODEL", "hf:MODEL",
+// or a model of the primary's kind.
+func fallbackKind(fb string, primary provider.Kind) (provider.Kind, string) {
+	switch {
+	case strings.HasPrefix(fb, chatPrefix):
+		k, _ := provider.KindOf("chat")
+		return k, strings.TrimSpace(fb[len(chatPrefix):])
+	case strings.HasPrefix(fb, hfPrefix):
+		k, _ := provider.KindOf("hf")
+		return k, strings.TrimSpace(fb[len(hfPrefix):])
+	}
+	return primary, fb
+}
+
+// defaultModelLabels are the labels of provider.DefaultModel: a chat
+// fallback behind it answers with them.
+var defaultModelLabels = []string{"NEGATIVE", "POSITIVE"}

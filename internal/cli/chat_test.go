@@ -1,0 +1,271 @@
+package cli
+
+import (
+	"encoding/json"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/hfsent/hfsent/internal/fakehf"
+)
+
+// chatArgs are a chat run against the fake at url.
+func chatArgs(url string, more ...string) []string {
+	return append([]string{"--provider", "chat", "--model", "meta-llama/Llama-3.1-8B-Instruct:cerebras",
+		"--endpoint", url + "/v1/chat/completions", "--labels", "positive, negative"}, more...)
+}
+
+func TestChatFlagsRefusedBeforeAnyCall(t *testing.T) {
+	f := &fakehf.Chat{}
+	srv := fakehf.StartChat(f)
+	defer srv.Close()
+	in := writeFile(t, "in.csv", csvOf("a", "b"))
+	noText := writeFile(t, "prompt.txt", "Pick one of {labels}.")
+	withText := writeFile(t, "prompt.txt", "Pick one of {labels}: {text}")
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--provider", "chat", "--model", "m", "--endpoint", srv.URL}, "--labels"},
+		{[]string{"--provider", "chat", "--labels", "a,b", "--endpoint", srv.URL}, "--model"},
+		{chatArgs(srv.URL, "--labels", "only"), "--labels"},
+		{chatArgs(srv.URL, "--labels", "a,,b"), "--labels"},
+		{chatArgs(srv.URL, "--labels", "yes,Yes"), "--labels"},
+		{chatArgs(srv.URL, "--labels", strings.Repeat("x,", 100)+"y"), "--labels"},
+		{chatArgs(srv.URL, "--prompt-file", noText), "{text}"},
+		{chatArgs(srv.URL, "--prompt-file", filepath.Join(t.TempDir(), "none")), "--prompt-file"},
+		{chatArgs(srv.URL, "--batch-size", "4"), "--batch-size"},
+		{chatArgs(srv.URL, "--tpm", "-1"), "--tpm"},
+		{chatArgs(srv.URL, "--tpm", "2000000000"), "--tpm"},
+		{chatArgs(srv.URL, "--token-env", "NOT SET"), "--token-env"},
+		{chatArgs(srv.URL, "--token-env", "UNSET_VAR"), "UNSET_VAR"},
+		{[]string{"--prompt-file", withText}, "--prompt-file"},
+		{[]string{"--tpm", "1000"}, "--tpm"},
+		{[]string{"--tpm", "1000", "--fallback-model", "chat:m"}, "--tpm"},
+		{[]string{"--provider", "tei", "--endpoint", srv.URL + "/predict", "--labels", "a,b"}, "--labels"},
+		{[]string{"--labels", "a,b", "--fallback-model", "chat:m", "--fallback-endpoint", "http://h/x", "--prompt-file", noText}, "{text}"},
+	}
+	for _, tc := range cases {
+		args := append([]string{"classify", in, "-o", filepath.Join(t.TempDir(), "out.csv")}, tc.args...)
+		r := runMain(t, map[string]string{"HF_TOKEN": "hf_test"}, "", args...)
+		if r.code != 2 || !strings.Contains(r.stderr, tc.want) {
+			t.Errorf("%v: exit %d, stderr %q; want 2 naming %s", tc.args, r.code, r.stderr, tc.want)
+		}
+	}
+	if f.Calls() != 0 {
+		t.Fatalf("%d calls sent", f.Calls())
+	}
+}
+
+func TestClassifyChat(t *testing.T) {
+	const key = "sk-local-0123456789abcdefghij"
+	f := &fakehf.Chat{Token: key}
+	srv := fakehf.StartChat(f)
+	defer srv.Close()
+	in := writeFile(t, "in.csv", "request_id,text\n1,lovely staff\n2,terrible wait\n3,#unlabelled#\n4,fine #nologprobs#\n5,#context#\n6,lovely staff\n")
+	out := filepath.Join(t.TempDir(), "out.csv")
+	sum := filepath.Join(t.TempDir(), "sum.json")
+	r := runMain(t, map[string]string{"OPENAI_API_KEY": key}, "",
+		append([]string{"classify", in, "-o", out, "--summary-json", sum, "--token-env", "OPENAI_API_KEY", "--retries", "2"}, chatArgs(srv.URL)...)...)
+	if r.code != 1 {
+		t.Fatalf("exit %d, want 1 (two rows failed): %s", r.code, r.stderr)
+	}
+	b, _ := os.ReadFile(out)
+	rows := parseResults(t, string(b))
+	want := []struct{ outcome, label, score string }{
+		{"success", "positive", "0.9184"}, {"success", "negative", "0.9184"}, {"upstream_unlabelled", "", ""},
+		{"success", "positive", ""}, {"upstream_request_rejected", "", ""}, {"success", "positive", "0.9184"},
+	}
+	for i, w := range want {
+		row := rows[i]
+		if row["outcome"] != w.outcome || row["label"] != w.label || row["score"] != w.score {
+			t.Errorf("row %d: %v, want %+v", i+1, row, w)
+		}
+	}
+	if rows[0]["prompt_tokens"] == "" || rows[0]["completion_tokens"] == "" || rows[0]["model"] != "meta-llama/Llama-3.1-8B-Instruct:cerebras" {
+		t.Errorf("row 1: %v", rows[0])
+	}
+	// Row 3 is asked twice: both calls' tokens.
+	if rows[2]["attempts"] != "2" || !strings.Contains(rows[2]["error"], "I cannot tell.") || rows[2]["prompt_tokens"] == "" {
+		t.Errorf("row 3: %v", rows[2])
+	}
+	// Row 6 is row 1's text: reused, no call, no tokens.
+	if rows[5]["prompt_tokens"] != "" || rows[5]["attempts"] != "0" {
+		t.Errorf("row 6: %v", rows[5])
+	}
+	if !strings.Contains(r.stderr, "prompt_tokens=") || !strings.Contains(r.stderr, "completion_tokens=") || strings.Contains(r.stderr, key) {
+		t.Errorf("summary: %s", r.stderr)
+	}
+	var js map[string]any
+	sb, _ := os.ReadFile(sum)
+	if err := json.Unmarshal(sb, &js); err != nil || js["prompt_tokens"].(float64) <= 0 || js["completion_tokens"].(float64) <= 0 {
+		t.Errorf("summary json: %s", sb)
+	}
+	if strings.Contains(string(b), key) {
+		t.Error("the key is in the results")
+	}
+}
+
+// A 401 that echoes the key stops the run; the key is nowhere.
+func TestChatAuthStopsAndNeverShowsTheKey(t *testing.T) {
+	const key = "not-a-pattern-key-9876543210"
+	f := &fakehf.Chat{Token: "another"}
+	srv := fakehf.StartChat(f)
+	defer srv.Close()
+	in := writeFile(t, "in.csv", csvOf("a", "b", "c", "d"))
+	out := filepath.Join(t.TempDir(), "out.csv")
+	r := runMain(t, map[string]string{"HF_TOKEN": key}, "", append([]string{"classify", in, "-o", out, "-c", "1", "--log-level", "debug"}, chatArgs(srv.URL)...)...)
+	b, _ := os.ReadFile(out)
+	if r.code != 1 || !strings.Contains(string(b), "upstream_auth") || !strings.Contains(string(b), "not_attempted") {
+		t.Fatalf("exit %d\n%s\n%s", r.code, b, r.stderr)
+	}
+	if strings.Contains(string(b)+r.stderr+r.stdout, key) {
+		t.Fatal("the key was shown")
+	}
+}
+
+func TestChatQuotaStopsTheRun(t *testing.T) {
+	f := &fakehf.Chat{}
+	srv := fakehf.StartChat(f)
+	defer srv.Close()
+	in := writeFile(t, "in.csv", "request_id,text\n1,#quota#\n2,fine\n3,fine too\n")
+	out := filepath.Join(t.TempDir(), "out.csv")
+	r := runMain(t, map[string]string{"HF_TOKEN": "hf_x"}, "", append([]string{"classify", in, "-o", out, "-c", "1"}, chatArgs(srv.URL)...)...)
+	b, _ := os.ReadFile(out)
+	rows := parseResults(t, string(b))
+	if r.code != 1 || rows[0]["outcome"] != "upstream_quota" || rows[1]["outcome"] != "not_attempted" || !strings.Contains(r.stderr, "quota") {
+		t.Fatalf("exit %d\n%s\n%s", r.code, b, r.stderr)
+	}
+}
+
+// --resume reads a results file written before the token columns, and
+// one written with them.
+func TestResumeReadsFilesWithAndWithoutTokenColumns(t *testing.T) {
+	f := &fakehf.Chat{}
+	srv := fakehf.StartChat(f)
+	defer srv.Close()
+	in := writeFile(t, "in.csv", "request_id,text\n1,lovely\n2,#unlabelled#\n")
+	out := filepath.Join(t.TempDir(), "out.csv")
+	args := append([]string{"classify", in, "-o", out}, chatArgs(srv.URL)...)
+	if r := runMain(t, map[string]string{"HF_TOKEN": "hf_x"}, "", args...); r.code != 1 {
+		t.Fatalf("first run: %d %s", r.code, r.stderr)
+	}
+	calls := f.Calls()
+	if r := runMain(t, map[string]string{"HF_TOKEN": "hf_x"}, "", append(args, "--resume")...); r.code != 1 {
+		t.Fatalf("resume: %d %s", r.code, r.stderr)
+	}
+	if got := f.Calls() - calls; got != 2 {
+		t.Fatalf("resume sent %d calls, want 2 (row 2 redone, asked twice)", got)
+	}
+	// The same file without the token columns, as an older hfsent wrote it.
+	b, _ := os.ReadFile(out)
+	var old []string
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		fields := strings.Split(line, ",")
+		old = append(old, strings.Join(fields[:len(fields)-2], ","))
+	}
+	if err := os.WriteFile(out, []byte(strings.Join(old, "\n")+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if r := runMain(t, map[string]string{"HF_TOKEN": "hf_x"}, "", append(args, "--resume")...); r.code != 1 {
+		t.Fatalf("resume of an old file: %d %s", r.code, r.stderr)
+	}
+	b, _ = os.ReadFile(out)
+	if !strings.HasPrefix(string(b), "request_id,status,label,score,outcome,model,attempts,latency_ms,error,queued_ms,started_ms,finished_ms,prompt_tokens,completion_tokens\n") ||
+		!strings.Contains(string(b), "\n1,200,positive,0.9184,success,") {
+		t.Fatalf("after resume:\n%s", b)
+	}
+}
+
+// While hf-inference is down, a chat model answers with the primary's
+// labels: --fallback-model chat:MODEL, here at a local server
+// (--fallback-endpoint).
+func TestChatFallbackWhileTextClassificationIsDown(t *testing.T) {
+	hf := &fakehf.Fake{Script: func(int64, []string, *http.Request) fakehf.Reply { return fakehf.Reply{Status: 500} }}
+	hsrv := fakehf.Start(hf)
+	defer hsrv.Close()
+	chat := &fakehf.Chat{}
+	csrv := fakehf.StartChat(chat)
+	defer csrv.Close()
+	in := writeFile(t, "in.csv", "request_id,text\n1,lovely\n2,terrible\n3,fine\n4,broke on day one\n5,great\n6,quick and kind\n")
+	out := filepath.Join(t.TempDir(), "out.csv")
+	r := runMain(t, map[string]string{"HF_TOKEN": "hf_x"}, "", "classify", in, "-o", out, "-c", "1", "--retries", "1",
+		"--breaker-min-calls", "2", "--breaker-threshold", "0.5", "--endpoint", hsrv.URL+"/models/{model}",
+		"--fallback-model", "chat:meta-llama/Llama-3.1-8B-Instruct", "--fallback-endpoint", csrv.URL+"/v1/chat/completions")
+	b, _ := os.ReadFile(out)
+	rows := parseResults(t, string(b))
+	fallback := 0
+	for _, row := range rows {
+		if row["outcome"] == "fallback" {
+			fallback++
+			if row["label"] != "POSITIVE" && row["label"] != "NEGATIVE" || row["model"] != "meta-llama/Llama-3.1-8B-Instruct" || row["prompt_tokens"] == "" {
+				t.Errorf("fallback row %v: the default model's labels, as written, from the chat model", row)
+			}
+		}
+	}
+	if fallback < 3 || r.code != 0 && fallback == 0 {
+		t.Fatalf("exit %d, %d fallback rows\n%s\n%s", r.code, fallback, b, r.stderr)
+	}
+	var req fakehf.ChatRequest
+	_ = json.Unmarshal(chat.Bodies()[0], &req)
+	if !strings.Contains(req.Messages[0].Content, "NEGATIVE, POSITIVE") {
+		t.Fatalf("the fallback was not given the default model's labels: %+v", req.Messages)
+	}
+	for _, bad := range [][]string{
+		{"--fallback-endpoint", csrv.URL},
+		{"--fallback-model", "chat:m", "--model", "some/other-model"},
+		{"--fallback-model", "chat:m", "--fallback-endpoint", "ftp://x"},
+	} {
+		r := runMain(t, map[string]string{"HF_TOKEN": "hf_x"}, "", append([]string{"classify", in, "-o", filepath.Join(t.TempDir(), "o.csv")}, bad...)...)
+		if r.code != 2 {
+			t.Errorf("%v: exit %d %s", bad, r.code, r.stderr)
+		}
+	}
+}
+
+func TestCheckChat(t *testing.T) {
+	f := &fakehf.Chat{}
+	srv := fakehf.StartChat(f)
+	defer srv.Close()
+	r := runMain(t, map[string]string{"MY_KEY": "sk-check-0123456789abcdef"}, "", "check", "--provider", "chat", "--model", "m",
+		"--labels", "positive,negative", "--endpoint", srv.URL+"/v1/chat/completions", "--token-env", "MY_KEY")
+	for _, want := range []string{"token:    found (MY_KEY)", "status:   200 OK", "label:    positive (score 0.9184)", "tokens:   ", "result:   ok"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("check output lacks %q:\n%s", want, r.stdout)
+		}
+	}
+	if r.code != 0 || strings.Contains(r.stdout+r.stderr, "sk-check") {
+		t.Fatalf("exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if r := runMain(t, nil, "", "check", "--provider", "chat", "--model", "m", "--endpoint", srv.URL); r.code != 2 || !strings.Contains(r.stderr, "--labels") {
+		t.Fatalf("no labels: exit %d %s", r.code, r.stderr)
+	}
+}
+
+// --labels with --provider hf asks a zero-shot model.
+func TestClassifyZeroShot(t *testing.T) {
+	f := &fakehf.Fake{Script: func(_ int64, texts []string, _ *http.Request) fakehf.Reply {
+		if strings.Contains(texts[0], "charged") {
+			return fakehf.Reply{Body: `{"sequence":"x","labels":["billing","bug","praise"],"scores":[0.8,0.15,0.05]}`}
+		}
+		return fakehf.Reply{Body: `[{"label":"bug","score":0.7},{"label":"billing","score":0.2},{"label":"praise","score":0.1}]`}
+	}}
+	srv := fakehf.Start(f)
+	defer srv.Close()
+	in := writeFile(t, "in.csv", "request_id,text\n1,I was charged twice\n2,the app crashes\n")
+	out := filepath.Join(t.TempDir(), "out.csv")
+	r := runMain(t, map[string]string{"HF_TOKEN": "hf_x"}, "", "classify", in, "-o", out, "--model", "facebook/bart-large-mnli",
+		"--endpoint", srv.URL+"/models/{model}", "--labels", "bug,billing,praise")
+	b, _ := os.ReadFile(out)
+	rows := parseResults(t, string(b))
+	if r.code != 0 || rows[0]["label"] != "billing" || rows[0]["score"] != "0.8" || rows[1]["label"] != "bug" || rows[1]["prompt_tokens"] != "" {
+		t.Fatalf("exit %d\n%s\n%s", r.code, b, r.stderr)
+	}
+	var req map[string]any
+	_ = json.Unmarshal(f.Bodies()[0], &req)
+	if p, _ := req["parameters"].(map[string]any); p == nil || len(p["candidate_labels"].([]any)) != 3 {
+		t.Fatalf("request %s", f.Bodies()[0])
+	}
+}

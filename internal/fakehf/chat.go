@@ -1,0 +1,330 @@
+package fakehf
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Chat is a fake of an OpenAI-compatible Chat Completions server (the
+// router's /v1/chat/completions, vLLM, TGI, Ollama, OpenAI): it answers a
+// label for the user's text, with logprobs when asked, the usage, and the
+// x-ratelimit-* headers of its token bucket; and the errors OpenAI sends in
+// its shape ({"error": {"message", "type", "code"}}).
+//
+// Magic texts, anywhere in the user's text, choose the answer:
+//
+//	#unlabelled#   answers "I cannot tell." (no label)
+//	#several#      answers "positive or negative"
+//	#nologprobs#   answers without logprobs
+//	#nousage#      answers without usage
+//	#refuse-logprobs#  400 "logprobs is not supported" while logprobs are asked
+//	#429#          429 rate_limit_exceeded with the reset headers, the first
+//	               time the text is sent (then answered)
+//	#quota#        429 insufficient_quota
+//	#context#      400 context_length_exceeded
+//	#401#          401 invalid_api_key, echoing the key it was sent
+//	#403#          403
+//	#500#          500
+//
+// Otherwise the answer is Label(text) in title case ("Positive.", with a
+// full stop, as chat models write it), or what Answer says.
+type Chat struct {
+	// Latency is how long every call takes.
+	Latency time.Duration
+	// Token, when set, is the only bearer token accepted (401 otherwise).
+	Token string
+	// Answer, when set, is the content answered for the user's text.
+	Answer func(text string) string
+	// RefuseLogprobs answers every request that asks for logprobs 400, as
+	// a server that does not support them does.
+	RefuseLogprobs bool
+	// Bucket, when its Rate is set, charges each call its tokens (prompt
+	// and completion) at arrival and answers 429 when they are not there.
+	Bucket Bucket
+	// RetryAfter is sent with a bucket's 429 (empty: none, the reset
+	// headers only).
+	RetryAfter string
+	// HeadersOn429Only sends the x-ratelimit headers with the bucket's 429s
+	// only: a client cannot pace by them before it is refused.
+	HeadersOn429Only bool
+	// NoRecord keeps nothing per call (benchmarks).
+	NoRecord bool
+
+	calls, rejected atomic.Int64
+	tokens          atomic.Int64 // tokens charged to accepted calls
+	mu              sync.Mutex
+	bodies          [][]byte
+	headers         []http.Header
+	bucket          bucketState
+	seen            map[string]bool
+}
+
+// first reports whether text is sent for the first time.
+func (c *Chat) first(text string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.seen == nil {
+		c.seen = map[string]bool{}
+	}
+	if c.seen[text] {
+		return false
+	}
+	c.seen[text] = true
+	return true
+}
+
+// Bucket is the fake's token limit: Rate tokens a second, up to Burst.
+type Bucket struct {
+	Rate, Burst float64
+}
+
+type bucketState struct {
+	started bool
+	level   float64
+	at      time.Time
+}
+
+// StartChat runs c on a loopback server.
+func StartChat(c *Chat) *httptest.Server { return httptest.NewServer(c) }
+
+// Calls is the number of requests received.
+func (c *Chat) Calls() int64 { return c.calls.Load() }
+
+// Rejected is the number of 429s the bucket answered.
+func (c *Chat) Rejected() int64 { return c.rejected.Load() }
+
+// Tokens is the tokens charged to the calls the bucket let through.
+func (c *Chat) Tokens() int64 { return c.tokens.Load() }
+
+// Bodies are the request bodies received, in order.
+func (c *Chat) Bodies() [][]byte {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([][]byte(nil), c.bodies...)
+}
+
+// Headers are the request headers received, in order.
+func (c *Chat) Headers() []http.Header {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]http.Header(nil), c.headers...)
+}
+
+// ChatRequest is what the fake reads of a request.
+type ChatRequest struct {
+	Model    string `json:"model"`
+	Messages []struct {
+		Role    string `json:"role"`
+		Content string `json:"content"`
+	} `json:"messages"`
+	Temperature *float64 `json:"temperature"`
+	MaxTokens   int      `json:"max_tokens"`
+	Logprobs    bool     `json:"logprobs"`
+	TopLogprobs int      `json:"top_logprobs"`
+}
+
+// UserText is the last user message.
+func (r ChatRequest) UserText() string {
+	for i := len(r.Messages) - 1; i >= 0; i-- {
+		if r.Messages[i].Role == "user" {
+			return r.Messages[i].Content
+		}
+	}
+	return ""
+}
+
+// ChatTokens is how many tokens the fake counts for a text: about one per
+// four bytes, at least one.
+func ChatTokens(s string) int { return max(1, (len(s)+3)/4) }
+
+func (c *Chat) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	c.calls.Add(1)
+	body, _ := io.ReadAll(io.LimitReader(r.Body, 8<<20))
+	if !c.NoRecord {
+		c.mu.Lock()
+		c.bodies = append(c.bodies, body)
+		c.headers = append(c.headers, r.Header.Clone())
+		c.mu.Unlock()
+	}
+	w.Header().Set("Content-Type", "application/json")
+	var req ChatRequest
+	if r.Method != http.MethodPost || json.Unmarshal(body, &req) != nil || len(req.Messages) == 0 {
+		oaiError(w, 400, "invalid_request_error", "", "the body is not a chat completion request")
+		return
+	}
+	text := req.UserText()
+	auth := strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
+	switch {
+	case c.Token != "" && auth != c.Token, strings.Contains(text, "#401#"):
+		// OpenAI quotes the key it refused (masked, but servers that copy
+		// it do not all mask it).
+		oaiError(w, 401, "invalid_request_error", "invalid_api_key", "Incorrect API key provided: "+auth+". You can find your API key at https://platform.openai.com/account/api-keys.")
+		return
+	case strings.Contains(text, "#403#"):
+		oaiError(w, 403, "permission_denied", "", "This key ("+auth+") may not call this model.")
+		return
+	}
+	prompt := 0
+	for _, m := range req.Messages {
+		prompt += ChatTokens(m.Content) + 4
+	}
+	content := c.content(text)
+	completion := ChatTokens(content)
+	if !c.charge(w, prompt+completion) {
+		return
+	}
+	if c.Latency > 0 {
+		t := time.NewTimer(c.Latency)
+		select {
+		case <-t.C:
+		case <-r.Context().Done():
+			t.Stop()
+			return
+		}
+	}
+	switch {
+	case strings.Contains(text, "#429#") && c.first(text):
+		w.Header().Set("X-Ratelimit-Remaining-Requests", "0")
+		w.Header().Set("X-Ratelimit-Reset-Requests", "20ms")
+		oaiError(w, 429, "requests", "rate_limit_exceeded", "Rate limit reached for requests per min (RPM): Limit 3, Used 3, Requested 1.")
+		return
+	case strings.Contains(text, "#quota#"):
+		oaiError(w, 429, "insufficient_quota", "insufficient_quota", "You exceeded your current quota, please check your plan and billing details.")
+		return
+	case strings.Contains(text, "#context#"):
+		oaiError(w, 400, "invalid_request_error", "context_length_exceeded", "This model's maximum context length is 8192 tokens. However, your messages resulted in 9000 tokens.")
+		return
+	case strings.Contains(text, "#500#"):
+		oaiError(w, 500, "server_error", "", "The server had an error while processing your request.")
+		return
+	case req.Logprobs && (c.RefuseLogprobs || strings.Contains(text, "#refuse-logprobs#")):
+		oaiError(w, 400, "invalid_request_error", "", "logprobs is not supported for this model")
+		return
+	}
+	out := map[string]any{
+		"id": "chatcmpl-fake", "object": "chat.completion", "model": req.Model,
+		"choices": []any{c.choice(content, req, text)},
+	}
+	if !strings.Contains(text, "#nousage#") {
+		out["usage"] = map[string]int{"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+	}
+	b, _ := json.Marshal(out)
+	_, _ = w.Write(b)
+}
+
+func (c *Chat) content(text string) string {
+	switch {
+	case strings.Contains(text, "#unlabelled#"):
+		return "I cannot tell."
+	case strings.Contains(text, "#several#"):
+		return "positive or negative"
+	case c.Answer != nil:
+		return c.Answer(text)
+	}
+	l, _ := Label(text)
+	return l[:1] + strings.ToLower(l[1:]) + "."
+}
+
+// choice is choices[0]: the content, and logprobs unless the text says
+// none: the first token's alternatives are the answer's first three
+// letters at 90%, the other label's at 8%, and a word that is no label.
+func (c *Chat) choice(content string, req ChatRequest, text string) map[string]any {
+	ch := map[string]any{"index": 0, "finish_reason": "stop",
+		"message": map[string]any{"role": "assistant", "content": content}}
+	if !req.Logprobs || strings.Contains(text, "#nologprobs#") {
+		ch["logprobs"] = nil
+		return ch
+	}
+	first := content
+	if len(first) > 3 {
+		first = first[:3]
+	}
+	other := "Neg"
+	if strings.EqualFold(first, "neg") {
+		other = "Pos"
+	}
+	type alt struct {
+		Token   string  `json:"token"`
+		Logprob float64 `json:"logprob"`
+	}
+	top := []alt{{first, math.Log(0.9)}, {other, math.Log(0.08)}, {"The", math.Log(0.02)}}
+	if req.TopLogprobs > 0 && req.TopLogprobs < len(top) {
+		top = top[:req.TopLogprobs]
+	}
+	ch["logprobs"] = map[string]any{"content": []any{
+		map[string]any{"token": first, "logprob": math.Log(0.9), "top_logprobs": top},
+	}}
+	return ch
+}
+
+// charge takes n tokens from the bucket, or answers 429 with the reset
+// headers; with no bucket every call passes. Every answer carries the
+// bucket's x-ratelimit headers.
+func (c *Chat) charge(w http.ResponseWriter, n int) bool {
+	b := c.Bucket
+	if b.Rate <= 0 {
+		c.tokens.Add(int64(n))
+		return true
+	}
+	c.mu.Lock()
+	now := time.Now()
+	st := &c.bucket
+	if !st.started {
+		st.started, st.level, st.at = true, b.Burst, now
+	}
+	st.level = math.Min(b.Burst, st.level+now.Sub(st.at).Seconds()*b.Rate)
+	st.at = now
+	ok := st.level >= float64(n)
+	if ok {
+		st.level -= float64(n)
+	}
+	level := st.level
+	c.mu.Unlock()
+	if ok && c.HeadersOn429Only {
+		c.tokens.Add(int64(n))
+		return true
+	}
+	h := w.Header()
+	h.Set("X-Ratelimit-Limit-Tokens", fmt.Sprint(int64(b.Burst)))
+	h.Set("X-Ratelimit-Remaining-Tokens", fmt.Sprint(int64(math.Floor(level))))
+	h.Set("X-Ratelimit-Reset-Tokens", resetString(time.Duration((b.Burst-level)/b.Rate*float64(time.Second))))
+	h.Set("X-Ratelimit-Limit-Requests", "100000")
+	h.Set("X-Ratelimit-Remaining-Requests", "99999")
+	h.Set("X-Ratelimit-Reset-Requests", "1ms")
+	if ok {
+		c.tokens.Add(int64(n))
+		return true
+	}
+	c.rejected.Add(1)
+	if c.RetryAfter != "" {
+		h.Set("Retry-After", c.RetryAfter)
+	}
+	oaiError(w, 429, "tokens", "rate_limit_exceeded", fmt.Sprintf("Rate limit reached on tokens per min (TPM): Limit %d, Requested %d.", int64(b.Burst), n))
+	return false
+}
+
+// resetString writes a duration as OpenAI does: "1s", "6m0s", "20ms".
+func resetString(d time.Duration) string {
+	if d < time.Second {
+		return fmt.Sprintf("%dms", max(1, d.Milliseconds()))
+	}
+	return d.Round(time.Millisecond).String()
+}
+
+func oaiError(w http.ResponseWriter, status int, typ, code, msg string) {
+	var c any
+	if code != "" {
+		c = code
+	}
+	b, _ := json.Marshal(map[string]any{"error": map[string]any{"message": msg, "type": typ, "param": nil, "code": c}})
+	w.WriteHeader(status)
+	_, _ = w.Write(b)
+}

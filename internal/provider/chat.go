@@ -1,0 +1,561 @@
+package provider
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"net/http"
+	"net/url"
+	"regexp"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unicode"
+
+	"github.com/hfsent/hfsent/internal/outcome"
+	"github.com/hfsent/hfsent/internal/redact"
+)
+
+// DefaultChatEndpoint is Hugging Face Inference Providers' OpenAI-compatible
+// Chat Completions route; --model takes the router's ids, with an optional
+// ":provider" suffix.
+const DefaultChatEndpoint = "https://router.huggingface.co/v1/chat/completions"
+
+// Labels bounds --labels.
+const (
+	MinLabels = 2
+	MaxLabels = 100
+	// MaxLabelLen bounds a label, in characters: a label is a word or
+	// a few, and max_tokens is sized by the longest.
+	MaxLabelLen = 100
+)
+
+// MaxTopLogprobs is the most top_logprobs OpenAI accepts; other servers
+// take as many or refuse, and a refusal turns logprobs off (see Chat).
+const MaxTopLogprobs = 20
+
+// ChatConfig configures a Chat client.
+type ChatConfig struct {
+	Model    string
+	Endpoint string // full URL of /v1/chat/completions; "" is DefaultChatEndpoint
+	Token    string // may be empty with a custom endpoint
+	// Labels are the answers allowed, as written by the operator (2 to
+	// MaxLabels, distinct once normalised: CheckLabels).
+	Labels []string
+	// Prompt, when set, is a template with {labels} and {text} sent as the
+	// one user message instead of the default instruction and the text.
+	Prompt         string
+	Concurrency    int
+	Timeout        time.Duration
+	ConnectTimeout time.Duration
+	UserAgent      string
+	BillTo         string
+	Client         *http.Client
+	Logger         *slog.Logger
+}
+
+// Chat classifies a text by asking an OpenAI-compatible chat model to
+// answer with one of a fixed set of labels. It is a small typed client of
+// its own on the shared transport (NewHTTPClient), not an SDK's, because
+// every policy needs what an SDK hides or does itself: one attempt per call
+// (the guard retries), the error table, and the rate-limit headers.
+type Chat struct {
+	cfg    ChatConfig
+	base   *HF // the transport, the headers and the status table it shares
+	labels []string
+	norm   []string // labels normalised, as answers are compared
+	// maxTokens is enough for the longest label; topLogprobs asks for
+	// every label among the first token's alternatives, up to OpenAI's 20.
+	maxTokens, topLogprobs int
+	labelsText             string
+	// noLogprobs is set, once per run, when the server refused logprobs.
+	noLogprobs atomic.Bool
+	warnOnce   sync.Once
+}
+
+// NewChat returns a client for cfg.
+func NewChat(cfg ChatConfig) (*Chat, error) {
+	if err := CheckLabels(cfg.Labels); err != nil {
+		return nil, err
+	}
+	if cfg.Prompt != "" && !strings.Contains(cfg.Prompt, "{text}") {
+		return nil, errors.New("the prompt template has no {text}")
+	}
+	ep := cfg.Endpoint
+	if ep == "" {
+		ep = DefaultChatEndpoint
+	}
+	base, err := NewHF(HFConfig{Model: cfg.Model, Endpoint: ep, Token: cfg.Token, Concurrency: cfg.Concurrency,
+		Timeout: cfg.Timeout, ConnectTimeout: cfg.ConnectTimeout, UserAgent: cfg.UserAgent, Client: cfg.Client,
+		API: APIHF, BillTo: cfg.BillTo, Logger: cfg.Logger})
+	if err != nil {
+		return nil, err
+	}
+	c := &Chat{cfg: cfg, base: base, labels: append([]string(nil), cfg.Labels...)}
+	longest := 0
+	for _, l := range c.labels {
+		c.norm = append(c.norm, normalise(l))
+		longest = max(longest, len([]rune(l)))
+	}
+	// A token is at least one character for the words labels are made of:
+	// the longest label's characters, and a few for a quote or a full stop.
+	c.maxTokens = min(longest+4, 256)
+	c.topLogprobs = min(max(len(c.labels), 5), MaxTopLogprobs)
+	c.labelsText = strings.Join(c.labels, ", ")
+	return c, nil
+}
+
+// CheckLabels refuses a set of labels a chat model could not be held to:
+// fewer than MinLabels or more than MaxLabels, a blank one, or two that
+// are the same once normalised as answers are (case, spaces, quotes).
+func CheckLabels(labels []string) error {
+	if len(labels) < MinLabels || len(labels) > MaxLabels {
+		return fmt.Errorf("want %d to %d labels, got %d", MinLabels, MaxLabels, len(labels))
+	}
+	seen := map[string]string{}
+	for _, l := range labels {
+		n := normalise(l)
+		switch {
+		case n == "":
+			return errors.New("a label is empty")
+		case len([]rune(l)) > MaxLabelLen:
+			return fmt.Errorf("a label is longer than %d characters", MaxLabelLen)
+		case strings.IndexFunc(l, unicode.IsControl) >= 0:
+			return fmt.Errorf("label %q holds a control character", l)
+		}
+		if prev, ok := seen[n]; ok {
+			return fmt.Errorf("labels %q and %q are the same label", prev, l)
+		}
+		seen[n] = l
+	}
+	return nil
+}
+
+// Model implements Classifier.
+func (c *Chat) Model() string { return c.cfg.Model }
+
+// URL is the address posted to, credentials redacted.
+func (c *Chat) URL() string { return c.base.URL() }
+
+// Labels are the labels it answers with.
+func (c *Chat) Labels() []string { return append([]string(nil), c.labels...) }
+
+// EstimateTokens is a generous guess, before the call, of the tokens a call
+// for texts costs (prompt and completion): about a token per three bytes of
+// what is sent, a few for the chat template, and the completion's cap. A
+// token limit reserves it, then corrects it with the usage reported.
+func (c *Chat) EstimateTokens(texts []string) int {
+	n := 0
+	for _, t := range texts {
+		sent := len(t)
+		if c.cfg.Prompt != "" {
+			sent += len(c.cfg.Prompt) + len(c.labelsText)
+		} else {
+			sent += len(defaultInstruction) + len(c.labelsText)
+		}
+		n += sent/3 + 16 + c.maxTokens
+	}
+	return n
+}
+
+// defaultInstruction is the system message without --prompt-file.
+const defaultInstruction = "You are a text classifier. Read the user's text and answer with exactly one of these labels, written as given, and nothing else: {labels}"
+
+type chatMessage struct {
+	Role    string `json:"role"`
+	Content string `json:"content"`
+}
+
+type chatRequest struct {
+	Model       string        `json:"model"`
+	Messages    []chatMessage `json:"messages"`
+	Temperature float64       `json:"temperature"` // 0, sent: the default is 1
+	MaxTokens   int           `json:"max_tokens"`
+	Logprobs    bool          `json:"logprobs,omitempty"`
+	TopLogprobs int           `json:"top_logprobs,omitempty"`
+	Stream      bool          `json:"stream"`
+}
+
+type chatLogprob struct {
+	Token       string  `json:"token"`
+	Logprob     float64 `json:"logprob"`
+	TopLogprobs []struct {
+		Token   string  `json:"token"`
+		Logprob float64 `json:"logprob"`
+	} `json:"top_logprobs"`
+}
+
+type chatResponse struct {
+	Choices []struct {
+		Message *struct {
+			Content *string `json:"content"`
+		} `json:"message"`
+		Logprobs *struct {
+			Content []chatLogprob `json:"content"`
+		} `json:"logprobs"`
+	} `json:"choices"`
+	Usage *struct {
+		PromptTokens     *int `json:"prompt_tokens"`
+		CompletionTokens *int `json:"completion_tokens"`
+	} `json:"usage"`
+}
+
+func (c *Chat) body(text string, logprobs bool) ([]byte, error) {
+	req := chatRequest{Model: c.cfg.Model, MaxTokens: c.maxTokens}
+	if c.cfg.Prompt != "" {
+		// One pass: a text holding "{labels}" is not expanded.
+		r := strings.NewReplacer("{labels}", c.labelsText, "{text}", text)
+		req.Messages = []chatMessage{{Role: "user", Content: r.Replace(c.cfg.Prompt)}}
+	} else {
+		req.Messages = []chatMessage{
+			{Role: "system", Content: strings.ReplaceAll(defaultInstruction, "{labels}", c.labelsText)},
+			{Role: "user", Content: text},
+		}
+	}
+	if logprobs {
+		req.Logprobs, req.TopLogprobs = true, c.topLogprobs
+	}
+	return json.Marshal(req)
+}
+
+// Classify sends one call per text (one, but for a fallback behind a
+// batching primary) and never retries, but for one thing: a server that
+// refuses logprobs (400) is asked again without them, and never with them
+// again in this run.
+func (c *Chat) Classify(ctx context.Context, call Call) (Answer, error) {
+	if len(call.Texts) == 0 {
+		return Answer{}, &Error{Outcome: outcome.InvalidInput, Msg: "no text"}
+	}
+	ans := Answer{Model: c.cfg.Model, Predictions: make([]Prediction, 0, len(call.Texts))}
+	for _, t := range call.Texts {
+		p, lim, err := c.one(ctx, call, t)
+		if lim.Known() {
+			ans.Limits = lim
+		}
+		if err != nil {
+			return Answer{}, err
+		}
+		ans.Predictions = append(ans.Predictions, p)
+	}
+	return ans, nil
+}
+
+func (c *Chat) one(ctx context.Context, call Call, text string) (Prediction, Limits, error) {
+	logprobs := !c.noLogprobs.Load()
+	p, lim, err := c.send(ctx, call, text, logprobs)
+	if pe, ok := AsError(err); ok && logprobs && refusesLogprobs(pe) {
+		c.noLogprobs.Store(true)
+		c.warnOnce.Do(func() {
+			if c.cfg.Logger != nil {
+				c.cfg.Logger.Warn(fmt.Sprintf("%s refused logprobs (HTTP %d); asking without them for the rest of the run: the score column is blank", c.base.host, pe.Status))
+			}
+		})
+		p, lim, err = c.send(ctx, call, text, false)
+	}
+	return p, lim, err
+}
+
+func (c *Chat) send(ctx context.Context, call Call, text string, logprobs bool) (Prediction, Limits, error) {
+	body, err := c.body(text, logprobs)
+	if err != nil {
+		return Prediction{}, Limits{}, &Error{Outcome: outcome.InvalidInput, Msg: "text cannot be encoded", Err: err}
+	}
+	if err := ctx.Err(); err != nil {
+		return Prediction{}, Limits{}, err
+	}
+	timeout := call.attemptTimeout(c.base.cfg.Timeout)
+	actx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(actx, http.MethodPost, c.base.url, bytes.NewReader(body))
+	if err != nil {
+		return Prediction{}, Limits{}, &Error{Outcome: outcome.UpstreamFailed, Msg: "bad request URL", Err: err}
+	}
+	req.Header = c.base.headers
+	resp, err := c.base.client.Do(req)
+	if err != nil {
+		// As HF's: net/http's *url.Error prints the URL, redacted here.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			ue.URL = redact.URL(ue.URL)
+		}
+		return Prediction{}, Limits{}, c.base.transportError(ctx, actx, err, timeout)
+	}
+	defer resp.Body.Close()
+	buf := bodies.Get().(*bytes.Buffer)
+	buf.Reset()
+	defer func() {
+		if buf.Cap() <= 64<<10 {
+			bodies.Put(buf)
+		}
+	}()
+	if _, err := buf.ReadFrom(io.LimitReader(resp.Body, maxBody+1)); err != nil {
+		return Prediction{}, Limits{}, c.base.transportError(ctx, actx, err, timeout)
+	}
+	now := time.Now()
+	lim := ParseLimits(resp.Header, now)
+	if resp.StatusCode != http.StatusOK {
+		e := c.statusError(resp, buf.Bytes(), now)
+		e.Limits = lim
+		return Prediction{}, lim, e
+	}
+	if buf.Len() > maxBody {
+		return Prediction{}, lim, &Error{Outcome: outcome.UpstreamPayload, Status: 200, Msg: "answer larger than 4 MiB", Limits: lim}
+	}
+	c.base.served.Store(true)
+	p, err := c.parse(buf.Bytes())
+	if pe, ok := AsError(err); ok {
+		pe.Limits = lim
+	}
+	return p, lim, err
+}
+
+// parse reads a chat completion: the label its answer names, the score
+// from the first token's top_logprobs, and the usage.
+func (c *Chat) parse(body []byte) (Prediction, error) {
+	var r chatResponse
+	if err := json.Unmarshal(body, &r); err != nil {
+		return Prediction{}, &Error{Outcome: outcome.UpstreamPayload, Status: 200, Msg: "not a chat completion: the answer is not JSON"}
+	}
+	if len(r.Choices) == 0 || r.Choices[0].Message == nil || r.Choices[0].Message.Content == nil {
+		return Prediction{}, &Error{Outcome: outcome.UpstreamPayload, Status: 200, Msg: "not a chat completion: no choices[0].message.content"}
+	}
+	var u Usage
+	if r.Usage != nil && (r.Usage.PromptTokens != nil || r.Usage.CompletionTokens != nil) {
+		u.Known = true
+		if r.Usage.PromptTokens != nil && *r.Usage.PromptTokens >= 0 {
+			u.Prompt = *r.Usage.PromptTokens
+		}
+		if r.Usage.CompletionTokens != nil && *r.Usage.CompletionTokens >= 0 {
+			u.Completion = *r.Usage.CompletionTokens
+		}
+	}
+	content := *r.Choices[0].Message.Content
+	i, several := c.match(content)
+	if i < 0 {
+		what := "names no label"
+		if several {
+			what = "names several labels"
+		}
+		return Prediction{}, &Error{Outcome: outcome.UpstreamUnlabelled, Status: 200, Usage: u,
+			Msg: fmt.Sprintf("the answer %s of --labels: %q", what, summarise(content, c.cfg.Token))}
+	}
+	score := math.NaN()
+	if lp := r.Choices[0].Logprobs; lp != nil {
+		score = c.score(lp.Content, i)
+	}
+	return Prediction{Label: c.labels[i], Score: score, Usage: u}, nil
+}
+
+// match is the label an answer names: the one equal to it once both are
+// normalised (-1 if none); several is set when the answer holds more than
+// one label as words (said so in the error).
+func (c *Chat) match(answer string) (int, bool) {
+	a := normalise(stripThink(answer))
+	a = stripLead(a)
+	for i, n := range c.norm {
+		if a == n {
+			return i, false
+		}
+	}
+	found := 0
+	padded := " " + wordsOnly(a) + " "
+	for _, n := range c.norm {
+		if strings.Contains(padded, " "+wordsOnly(n)+" ") {
+			found++
+		}
+	}
+	return -1, found > 1
+}
+
+// score is the chosen label's probability among the labels the first
+// token's alternatives name, normalised over them: a token names a label
+// when it is the start of exactly one label (or the whole of it). NaN when
+// the chosen label is not among them.
+func (c *Chat) score(tokens []chatLogprob, chosen int) float64 {
+	for _, t := range tokens {
+		if normalise(t.Token) == "" {
+			continue // a leading space or quote: the label starts at the next
+		}
+		mass := make([]float64, len(c.norm))
+		total := 0.0
+		for _, alt := range t.TopLogprobs {
+			tok := normalise(alt.Token)
+			if tok == "" || math.IsNaN(alt.Logprob) || alt.Logprob > 0 {
+				continue
+			}
+			which := -1
+			for i, n := range c.norm {
+				if strings.HasPrefix(n, tok) || tok == n {
+					if which >= 0 {
+						which = -2 // the start of several labels: says nothing
+						break
+					}
+					which = i
+				}
+			}
+			if which >= 0 {
+				p := math.Exp(alt.Logprob)
+				mass[which] += p
+				total += p
+			}
+		}
+		if total <= 0 || mass[chosen] <= 0 {
+			return math.NaN()
+		}
+		return math.Min(mass[chosen]/total, 1)
+	}
+	return math.NaN()
+}
+
+// normalise is an answer (or a label) as they are compared: lower case,
+// one space between words, without the quotes, brackets, asterisks and
+// trailing punctuation a model wraps a word in.
+func normalise(s string) string {
+	s = strings.ToLower(strings.Join(strings.Fields(s), " "))
+	const wrap = "\"'`*_“”‘’«»[](){}<> "
+	for {
+		t := strings.Trim(s, wrap)
+		t = strings.TrimRight(t, ".,;:!?。")
+		if t == s {
+			return s
+		}
+		s = t
+	}
+}
+
+// stripLead takes a leading "Label:" (or "Answer:", "Category:") off a
+// normalised answer.
+func stripLead(a string) string {
+	for _, p := range []string{"label:", "answer:", "category:", "classification:"} {
+		if strings.HasPrefix(a, p) {
+			return normalise(a[len(p):])
+		}
+	}
+	return a
+}
+
+var thinkBlock = regexp.MustCompile(`(?s)<think>.*?</think>`)
+
+// stripThink drops a reasoning model's <think> block.
+func stripThink(s string) string { return thinkBlock.ReplaceAllString(s, "") }
+
+// wordsOnly turns punctuation into spaces, for finding labels as words.
+func wordsOnly(s string) string {
+	return strings.Join(strings.FieldsFunc(s, func(r rune) bool { return !unicode.IsLetter(r) && !unicode.IsDigit(r) }), " ")
+}
+
+// openAIError is an OpenAI-shaped error: {"error": {"message", "type",
+// "code"}}, or, from older vLLM, the same fields at the top with "object":
+// "error" (its code a number).
+type openAIError struct {
+	Message string          `json:"message"`
+	Type    string          `json:"type"`
+	Code    json.RawMessage `json:"code"`
+}
+
+func (e openAIError) code() string {
+	var s string
+	if json.Unmarshal(e.Code, &s) == nil {
+		return s
+	}
+	return strings.Trim(string(e.Code), `"`)
+}
+
+func parseOpenAIError(body []byte) openAIError {
+	var doc struct {
+		Error json.RawMessage `json:"error"`
+		openAIError
+	}
+	if json.Unmarshal(body, &doc) != nil {
+		return openAIError{}
+	}
+	var inner openAIError
+	if len(doc.Error) > 0 && doc.Error[0] == '{' && json.Unmarshal(doc.Error, &inner) == nil {
+		return inner
+	}
+	var s string
+	if json.Unmarshal(doc.Error, &s) == nil {
+		// TGI: {"error": "...", "error_type": "..."}
+		return openAIError{Message: s}
+	}
+	return doc.openAIError
+}
+
+var tryAgainIn = regexp.MustCompile(`(?i)try again in ([0-9]+(?:\.[0-9]+)?(?:ms|s|m))\b`)
+
+// statusError is the status table's error (HF's), made precise by what an
+// OpenAI-style body says: a 429 for a spent quota stops the run as a 402
+// does, a 429 for a rate says when to come back (retry-after-ms,
+// Retry-After, "try again in 6ms", the reset headers), a 400 for a text
+// over the context is that row's own.
+func (c *Chat) statusError(resp *http.Response, body []byte, now time.Time) *Error {
+	e := c.base.statusError(resp, body, now)
+	oe := parseOpenAIError(body)
+	code, typ, msg := strings.ToLower(oe.code()), strings.ToLower(oe.Type), strings.ToLower(oe.Message)
+	if d := retryAfterMs(resp.Header); d > 0 {
+		e.RetryAfter = d
+	}
+	switch {
+	case resp.StatusCode == 429 && (code == "insufficient_quota" || typ == "insufficient_quota"):
+		e.Outcome, e.Msg, e.RetryAfter = outcome.UpstreamQuota, "quota exceeded: the account has no credit left for this API", 0
+	case resp.StatusCode == 429:
+		if e.RetryAfter == 0 {
+			if m := tryAgainIn.FindStringSubmatch(oe.Message); m != nil {
+				e.RetryAfter = ParseResetDuration(m[1])
+			}
+		}
+		if e.RetryAfter == 0 {
+			e.RetryAfter = resetOf(ParseLimits(resp.Header, now), typ)
+		}
+	case resp.StatusCode >= 400 && resp.StatusCode < 500 && (code == "context_length_exceeded" ||
+		strings.Contains(msg, "context length") || strings.Contains(msg, "context window")):
+		e.Outcome, e.Msg = outcome.UpstreamRequestRejected, "context length exceeded: the text is longer than the model takes"
+	}
+	return e
+}
+
+// resetOf is when a 429 without Retry-After may be tried again: the reset
+// of the limit the error's type names (OpenAI says "tokens" or
+// "requests"), else of the limit that is spent (both: the later), else the
+// later reset (the sooner may be a limit with room left).
+func resetOf(l Limits, typ string) time.Duration {
+	switch {
+	case typ == "tokens" && l.Tokens && l.ResetTokens > 0:
+		return l.ResetTokens
+	case typ == "requests" && l.Requests && l.ResetRequests > 0:
+		return l.ResetRequests
+	}
+	var spent, any time.Duration
+	for _, d := range []struct {
+		ok    bool
+		left  int64
+		reset time.Duration
+	}{{l.Tokens, l.RemainingTokens, l.ResetTokens}, {l.Requests, l.RemainingRequests, l.ResetRequests}} {
+		if !d.ok || d.reset <= 0 {
+			continue
+		}
+		if d.left <= 0 {
+			spent = max(spent, d.reset)
+		}
+		any = max(any, d.reset)
+	}
+	if spent > 0 {
+		return spent
+	}
+	return any
+}
+
+// refusesLogprobs reports whether a 4xx says the server takes no logprobs
+// (or not so many top_logprobs).
+func refusesLogprobs(e *Error) bool {
+	if e.Status < 400 || e.Status >= 500 || e.Status == 401 || e.Status == 403 || e.Status == 404 || e.Status == 429 {
+		return false
+	}
+	return strings.Contains(strings.ToLower(e.Reason), "logprob")
+}
