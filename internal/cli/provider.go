@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -8,7 +9,9 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/hfsent/hfsent/internal/budget"
 	"github.com/hfsent/hfsent/internal/provider"
+	"github.com/hfsent/hfsent/internal/queue"
 	"github.com/hfsent/hfsent/internal/resilience"
 )
 
@@ -35,6 +38,11 @@ type providerOptions struct {
 	breakerCooldown  time.Duration
 	fallbackModel    string
 	billTo           string
+
+	// budget is --budget and --budget-lease; member, when set (joinBudget),
+	// bounds the guard open builds and is started with it.
+	budget budgetOptions
+	member *budget.Member
 
 	// flags tells which flags were given.
 	flags *pflag.FlagSet
@@ -88,6 +96,7 @@ func addProviderFlags(fs *pflag.FlagSet, o *providerOptions, use providerUse) {
 	fs.DurationVar(&o.breakerCooldown, "breaker-cooldown", 60*time.Second, "time the breaker stays open before a probe ("+rangeHelp(minTimeout, maxCooldown)+")")
 	fs.StringVar(&o.fallbackModel, "fallback-model", "", use.fallbackHelp)
 	addBillToFlag(fs, &o.billTo)
+	addBudgetFlags(fs, &o.budget)
 }
 
 // addBillToFlag adds --bill-to, which classify, serve, worker and check take.
@@ -198,6 +207,9 @@ func (o *providerOptions) validate() error {
 			return err
 		}
 	}
+	if err := o.budget.validate(); err != nil {
+		return err
+	}
 	if fb := strings.TrimSpace(o.fallbackModel); o.fallbackModel != "" && (fb == "" || fb == o.model) {
 		return usageErrorf("--fallback-model must name another model (or local), got %q", o.fallbackModel)
 	}
@@ -214,13 +226,32 @@ func (o *providerOptions) validate() error {
 	return nil
 }
 
-// open builds the guarded provider the flags ask for (openGuard), its
+// open builds the guarded provider the flags ask for (build), and, for a
+// member of a fleet budget (--budget, joinBudget), makes the guard's
+// bounds the member's share and starts its renewals: classify, serve and
+// the worker all join a budget here, the same way.
+func (o *providerOptions) open(ios *IOStreams, log *slog.Logger, counters *resilience.Counters, tune ...func(*resilience.Config)) (*resilience.Guard, error) {
+	if o.member != nil {
+		tune = append(tune, o.member.Tune)
+	}
+	g, err := o.build(ios, log, counters, tune...)
+	if err != nil || o.member == nil {
+		return g, err
+	}
+	if err := o.member.Start(context.Background(), g); err != nil {
+		return nil, budgetError(fmt.Errorf("joining --budget %s: %w", queue.Printable(o.budget.name), err))
+	}
+	log.Info("joined the budget", "budget", o.budget.name, "member", o.member.ID(), "share", o.member.Snapshot().Share)
+	return g, nil
+}
+
+// build builds the guarded provider the flags ask for (openGuard), its
 // policies reporting into counters (nil: not reported). tune, if any,
 // adjust the policies' configuration before they are built (hooks, a
 // command's own defaults). The token is looked for only for a remote
 // provider; the embedded model is guarded Plain, and told which of the
 // flags given it ignores.
-func (o *providerOptions) open(ios *IOStreams, log *slog.Logger, counters *resilience.Counters, tune ...func(*resilience.Config)) (*resilience.Guard, error) {
+func (o *providerOptions) build(ios *IOStreams, log *slog.Logger, counters *resilience.Counters, tune ...func(*resilience.Config)) (*resilience.Guard, error) {
 	kind, _ := provider.KindOf(o.provider)
 	spec := guardSpec{kind: kind, fallback: strings.TrimSpace(o.fallbackModel)}
 	if !kind.Remote {
