@@ -32,12 +32,14 @@ type Claim struct {
 
 // Ideal divides cap among the live claims (the result is by index; a
 // lapsed claim's share is 0): first each batch member's floor (at most its
-// want), so that a batch is never starved, then the servers' wants, then
-// the batches' wants, each step max-min fair among its members. A server
-// wants its demand plus a quarter (at least one more), so that a rise in
-// its traffic between two renewals finds a free slot; a batch wants its
-// demand. Lapsed members' charges are held back from cap first. The
-// shares sum to at most cap less those charges.
+// demand), so that a batch is never starved, then the servers' demand (at
+// least one slot each, so that a first request finds one), then the
+// batches' demand, then, from what is left, a headroom for the servers (a
+// quarter of their demand, at least one), so that a rise in their traffic
+// between two renewals finds a free slot when nobody else wants it. Each
+// step is max-min fair among its members, and -c bounds every want.
+// Lapsed members' charges are held back from cap first. The shares sum to
+// at most cap less those charges.
 func Ideal(capacity, floor int, cs []Claim) []int {
 	share := make([]int, len(cs))
 	avail := capacity
@@ -50,6 +52,7 @@ func Ideal(capacity, floor int, cs []Claim) []int {
 		return share
 	}
 	want := make([]int, len(cs))
+	extra := make([]int, len(cs))
 	var floors, serves, batches []int // indexes
 	fl := make([]int, len(cs))
 	for i, c := range cs {
@@ -58,7 +61,8 @@ func Ideal(capacity, floor int, cs []Claim) []int {
 		}
 		d := min(max(c.Demand, 0), c.Max)
 		if c.Kind.Interactive() {
-			want[i] = min(c.Max, d+max(1, (d+3)/4))
+			want[i] = min(c.Max, max(1, d))
+			extra[i] = min(c.Max, d+max(1, (d+3)/4)) - want[i]
 			serves = append(serves, i)
 			continue
 		}
@@ -75,7 +79,8 @@ func Ideal(capacity, floor int, cs []Claim) []int {
 	for _, i := range batches {
 		rest[i] = want[i] - share[i]
 	}
-	fill(avail, batches, rest, share, cs)
+	avail -= fill(avail, batches, rest, share, cs)
+	fill(avail, serves, extra, share, cs)
 	return share
 }
 

@@ -66,6 +66,11 @@ type Member struct {
 	pausedUntil, openUntil  atomic.Int64  // unix nanos, the budget's as last heard
 	renewals, failures      atomic.Int64
 
+	// peaks are a server's last demand peaks, one per renewal (the loop's
+	// own): it asks for the most of them, so that a burst seen in the last
+	// second is covered until it has not come back for that long.
+	peaks []int
+
 	stop chan struct{}
 	wg   sync.WaitGroup
 }
@@ -193,12 +198,13 @@ func (m *Member) renew(ctx context.Context) error {
 	if asked.UnixNano() >= m.leaseEnd.Load() {
 		applied, appliedRPS = 0, 0 // a lapsed lease grants nothing
 	}
+	demand := m.demandOf(peak, applied)
 	rctx, cancel := context.WithTimeout(ctx, m.cfg.Lease)
 	defer cancel()
 	r, err := m.store.Renew(rctx, m.cfg.Budget, Report{Member: m.id, Host: m.cfg.Host, PID: m.cfg.PID, Kind: m.cfg.Kind,
-		Max: m.cfg.Max, Demand: min(peak, m.cfg.Max), InFlight: inFlight, Applied: applied, AppliedRPS: appliedRPS,
+		Max: m.cfg.Max, Demand: demand, InFlight: inFlight, Applied: applied, AppliedRPS: appliedRPS,
 		Timeout: m.cfg.Timeout, Lease: m.cfg.Lease})
-	m.demand.Store(int64(min(peak, m.cfg.Max)))
+	m.demand.Store(int64(demand))
 	m.inFlight.Store(int64(inFlight))
 	if err != nil {
 		return err
@@ -221,6 +227,31 @@ func (m *Member) renew(ctx context.Context) error {
 		m.open(now, r.Open)
 	}
 	return nil
+}
+
+// demandOf is what the member asks for, from the peak of its calls in
+// flight plus rows waiting since its last renewal. A server asks for the
+// most of its peaks over the last second (its requests all wait for a
+// slot, so the peak is its traffic). A batch member admits its rows one at
+// a time, so one row waits however many are queued behind it: when a row
+// had to wait beyond its share, it asks for its -c, and the batches share
+// what servers leave fairly between them.
+func (m *Member) demandOf(peak, applied int) int {
+	if !m.cfg.Kind.Interactive() {
+		if peak > applied {
+			return m.cfg.Max
+		}
+		return min(peak, m.cfg.Max)
+	}
+	m.peaks = append(m.peaks, peak)
+	if n := int(time.Second / m.cfg.Every); len(m.peaks) > max(n, 1) {
+		m.peaks = m.peaks[1:]
+	}
+	most := 0
+	for _, p := range m.peaks {
+		most = max(most, p)
+	}
+	return min(most, m.cfg.Max)
 }
 
 func (m *Member) pause(now time.Time, d time.Duration) {
