@@ -22,12 +22,12 @@ func (k Kind) Interactive() bool { return k == KindServe }
 type Claim struct {
 	ID     string
 	Kind   Kind
-	Max    int  // its -c: it can use no more
-	Demand int  // the peak of its calls in flight plus waiting over the last interval
-	Charge int  // what counts against the cap for it until it renews
+	Max    int // its -c: it can use no more
+	Demand int // the peak of its calls in flight plus waiting over the last interval
+	Charge int // what counts against the cap for it until it renews
 	// RPSCharge is what counts against the budget's rate for it.
 	RPSCharge float64
-	Live   bool // its lease holds; a lapsed member keeps its charge, and wants nothing
+	Live      bool // its lease holds; a lapsed member keeps its charge, and wants nothing
 }
 
 // Ideal divides cap among the live claims (the result is by index; a

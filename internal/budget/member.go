@@ -403,4 +403,3 @@ func summary(err error) string {
 }
 func floatBits(f float64) uint64 { return math.Float64bits(f) }
 func floatFrom(b uint64) float64 { return math.Float64frombits(b) }
-

@@ -225,14 +225,14 @@ type Report struct {
 	Host     string
 	PID      int
 	Kind     Kind
-	Max      int           // its -c
-	Demand   int           // peak of in flight plus waiting since the last renewal, at most Max
-	InFlight int           // calls in flight now
-	Applied  int           // the share it applies now (0 when its lease has passed)
+	Max      int // its -c
+	Demand   int // peak of in flight plus waiting since the last renewal, at most Max
+	InFlight int // calls in flight now
+	Applied  int // the share it applies now (0 when its lease has passed)
 	// AppliedRPS is the rate it applies now (0 when its lease has passed).
 	AppliedRPS float64
-	Timeout  time.Duration // its longest attempt: how long its calls may outlast its lease
-	Lease    time.Duration
+	Timeout    time.Duration // its longest attempt: how long its calls may outlast its lease
+	Lease      time.Duration
 }
 
 // Renewal is what a renewal grants.

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/hfsent/hfsent/internal/queue"
-	"github.com/hfsent/hfsent/internal/resilience"
 	"github.com/hfsent/hfsent/internal/queue/pgtest"
+	"github.com/hfsent/hfsent/internal/resilience"
 )
 
 func openStore(t *testing.T) *Store {
