@@ -462,3 +462,83 @@ func TestBudgetFaults(t *testing.T) {
 	checkOnceEach(t, exportRows(t, db, "faults"), idsOf(rows))
 	t.Logf("provider in flight at most %d through kill -9, SIGSTOP/SIGCONT and a database cut", most)
 }
+
+// scriptedFleet is startFleet with the fake's answers scripted.
+func scriptedFleet(t *testing.T, db, budget string, nServe int, script func(n int64, texts []string, r *http.Request) fakehf.Reply, extra ...string) *fleet {
+	t.Helper()
+	f := &fleet{}
+	fake := &fakehf.Fake{Latency: 20 * time.Millisecond, NoRecord: true, Script: script}
+	f.meter, f.srv = newMeter(fake)
+	t.Cleanup(f.srv.Close)
+	for range nServe {
+		f.servers = append(f.servers, startServe(t, append([]string{"--endpoint", f.srv.URL, "-c", "6", "--timeout", "2s",
+			"--retries", "0", "--budget", budget, "--db", db}, extra...)...))
+	}
+	return f
+}
+
+// One view of an outage: a 429 with Retry-After seen by one member pauses
+// every member within a fraction of a second (a notification, not the
+// next renewal); a breaker one member opened is open for all, and that one
+// probes.
+func TestBudgetSharesAnOutage(t *testing.T) {
+	db := pgtest.URL(t)
+	mustRun(t, qenv(db), "budget", "set", "b", "--cap", "12")
+	var failing atomic.Bool
+	script := func(_ int64, texts []string, _ *http.Request) fakehf.Reply {
+		switch {
+		case bytes.Contains([]byte(texts[0]), []byte("#429#")):
+			return fakehf.Reply{Status: 429, Header: map[string]string{"Retry-After": "3"}}
+		case bytes.Contains([]byte(texts[0]), []byte("#500#")) || failing.Load():
+			return fakehf.Reply{Status: 500}
+		}
+		return fakehf.Reply{}
+	}
+	f := scriptedFleet(t, db, "b", 2, script, "--breaker-min-calls", "4", "--breaker-threshold", "0.5", "--breaker-cooldown", "3s")
+	a, b := f.servers[0], f.servers[1]
+	lb := startLoad(b, 2)
+	defer lb.end()
+	time.Sleep(1500 * time.Millisecond)
+	sm := sample(f.meter)
+	defer sm.close()
+
+	// A 429 at a: b sends nothing from a fraction of a second later.
+	if r := a.feedback("x1", "this one is #429# limited"); r.status != 503 {
+		t.Fatalf("a answered %d to the 429", r.status)
+	}
+	at := time.Now()
+	time.Sleep(2500 * time.Millisecond)
+	if _, most := sm.window(at.Add(300*time.Millisecond), time.Now()); most > 0 {
+		t.Fatalf("b still sent calls 300ms after a's 429 with Retry-After 3 (%d at once)", most)
+	}
+	time.Sleep(1500 * time.Millisecond)
+	lb.reset()
+	time.Sleep(500 * time.Millisecond)
+	if codes, _, _, _ := lb.snapshot(); codes[200] == 0 {
+		t.Fatalf("b did not resume after the pause: %v", codes)
+	}
+
+	// a's breaker opens on its own failures: b's opens with it, and only
+	// a probes when the cooldown ends.
+	for i := range 6 {
+		a.feedback(fmt.Sprintf("f%d", i), "this one #500# fails")
+	}
+	opened := time.Now()
+	time.Sleep(300 * time.Millisecond)
+	lb.reset()
+	time.Sleep(2 * time.Second)
+	codes, _, _, _ := lb.snapshot()
+	if _, most := sm.window(opened.Add(300*time.Millisecond), time.Now()); most > 0 || codes[200] > 0 {
+		t.Fatalf("b sent calls while a's breaker was open (%d at once; b answered %v)", most, codes)
+	}
+	if codes[503] == 0 {
+		t.Fatalf("b answered %v while the breaker was open for all: want 503 circuit_open", codes)
+	}
+	time.Sleep(3 * time.Second) // a's probe, then b resumes
+	lb.reset()
+	time.Sleep(time.Second)
+	if codes, _, _, _ := lb.snapshot(); codes[200] == 0 {
+		t.Fatalf("b did not resume once a's probe closed the breaker: %v\n%s", codes, b.log())
+	}
+	_ = opened
+}
