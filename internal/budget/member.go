@@ -43,6 +43,11 @@ type MemberConfig struct {
 	Logger       *slog.Logger
 }
 
+// ServeWindow is how long a server's peak demand is asked for after it was
+// seen: a burst is covered until it has not come back for that long, and a
+// server whose traffic stopped gives its share back that much later.
+const ServeWindow = 500 * time.Millisecond
+
 // ProbeMargin is how long after the opener's probe the other members
 // resume after a breaker opened for all: the probe's answer (and a new
 // opening if it failed) reaches them first.
@@ -68,7 +73,7 @@ type Member struct {
 
 	// peaks are a server's last demand peaks, one per renewal (the loop's
 	// own): it asks for the most of them, so that a burst seen in the last
-	// second is covered until it has not come back for that long.
+	// ServeWindow is covered until it has not come back for that long.
 	peaks []int
 
 	stop chan struct{}
@@ -231,7 +236,7 @@ func (m *Member) renew(ctx context.Context) error {
 
 // demandOf is what the member asks for, from the peak of its calls in
 // flight plus rows waiting since its last renewal. A server asks for the
-// most of its peaks over the last second (its requests all wait for a
+// most of its peaks over the last ServeWindow (its requests all wait for a
 // slot, so the peak is its traffic). A batch member admits its rows one at
 // a time, so one row waits however many are queued behind it: when a row
 // had to wait beyond its share, it asks for its -c, and the batches share
@@ -244,7 +249,7 @@ func (m *Member) demandOf(peak, applied int) int {
 		return min(peak, m.cfg.Max)
 	}
 	m.peaks = append(m.peaks, peak)
-	if n := int(time.Second / m.cfg.Every); len(m.peaks) > max(n, 1) {
+	if n := int(ServeWindow / m.cfg.Every); len(m.peaks) > max(n, 1) {
 		m.peaks = m.peaks[1:]
 	}
 	most := 0
