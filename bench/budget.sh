@@ -15,7 +15,9 @@
 #   4. the database's cost: MEMBERS (default 8) idle serve members for SECS:
 #      renewals per second and PostgreSQL CPU per member (against the same
 #      time with none).
-#   bench/budget.sh
+# The batches are pushed with --global-cap 1000, so that the budget, not
+# the batch, is what bounds the workers.
+#   bench/budget.sh            (ONLY="2 3" runs those parts alone)
 set -euo pipefail
 cap=${CAP:-12}; latency_ms=${LATENCY_MS:-20}; secs=${SECS:-10}; rate=${RATE:-200}; members=${MEMBERS:-8}
 source "$(dirname "$0")/lib.sh"
@@ -45,10 +47,20 @@ start_serve() { # start_serve LOG [flags]
   last_addr=$(sed -n 's/.*msg=listening addr=\([^ ]*\).*/\1/p' "$log")
 }
 stop_all() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done; pids=(); }
+# waitfor COND: until the shell condition holds, at most 30s.
+waitfor() {
+  local t=$(now)
+  until eval "$1"; do
+    if (( $(echo "$(elapsed "$t") > 30" | bc) )); then echo "  gave up after 30s waiting for: $1 ($(shares))"; return 1; fi
+    sleep 0.02
+  done
+}
+phase() { [[ -z ${ONLY:-} || " $ONLY " == *" $1 "* ]]; }
 fake_line() { sed -n 's/.*\(max_in_flight=[0-9]*\) \(mean_in_flight=[0-9.]*\).*/\1 \2/p' "$work/fake.log"; }
 
+if phase 1; then
 echo "== 1. utilisation: 3 workers -c 12 under --cap $cap, ${secs}s, provider at ${latency_ms}ms"
-$H queue push "$work/in.csv" --batch util --no-progress 2>/dev/null
+$H queue push "$work/in.csv" --batch util --global-cap 1000 --no-progress 2>/dev/null
 start_fake -latency "${latency_ms}ms"
 for i in 1 2 3; do start_worker util "$work/u$i.log"; done
 sleep "$secs"
@@ -56,13 +68,15 @@ stop_all
 stop_fake
 read -r max mean < <(fake_line | tr -d 'a-z_=' | tr -s ' ')
 printf '  provider: most calls at once %s (cap %d), mean in flight %s = %.2f x cap\n' "$max" "$cap" "$mean" "$(echo "$mean / $cap" | bc -l)"
+fi
 
+if phase 2; then
 echo "== 2. interactive p99: serve at ${rate}/s alone, then with 2 workers competing (--cap $cap)"
 start_fake -latency "${latency_ms}ms"
 start_serve "$work/s.log"
 spid=$last_pid; saddr=$last_addr
 "$work/loadgen" -url "http://$saddr" -rate "$rate" -duration "${secs}s" -name "serve alone" | sed 's/^/  /' | tee "$work/alone.txt"
-$H queue push "$work/in.csv" --batch nightly --no-progress 2>/dev/null
+$H queue push "$work/in.csv" --batch nightly --global-cap 1000 --no-progress 2>/dev/null
 start_worker nightly "$work/n1.log"; start_worker nightly "$work/n2.log"
 sleep 2
 "$work/loadgen" -url "http://$saddr" -rate "$rate" -duration "${secs}s" -name "serve with 2 workers" | sed 's/^/  /' | tee "$work/with.txt"
@@ -73,30 +87,34 @@ p99() { sed -n 's/.*latency answered:.*p99 \([0-9.]*\)\(ms\|µs\|s\).*/\1 \2/p' 
 a=$(p99 "$work/alone.txt"); w=$(p99 "$work/with.txt")
 printf '  p99 alone %.1fms, with a batch competing %.1fms: %.2fx\n' "$a" "$w" "$(echo "$w / $a" | bc -l)"
 echo "  provider: $(fake_line)"
+fi
 
+if phase 3; then
 echo "== 3. shares following a step (--cap $cap, renewals every 250ms)"
 start_fake -latency "${latency_ms}ms"
-$H queue push "$work/in.csv" --batch step --no-progress 2>/dev/null
+$H queue push "$work/in.csv" --batch step --global-cap 1000 --no-progress 2>/dev/null
 start_worker step "$work/st1.log"; first=$last_pid
-for _ in $(seq 100); do [[ $(share_of "$first") -ge $cap ]] && break; sleep 0.05; done
+waitfor '[[ $(share_of "$first") -ge $cap ]]'
 t0=$(now)
 start_worker step "$work/st2.log"; second=$last_pid
 half=$((cap / 2 - 1))
-until [[ $(share_of "$first") -le $((cap - half)) && $(share_of "$second") -ge $half ]]; do sleep 0.02; done
+waitfor '[[ $(share_of "$first") -le $((cap - half)) && $(share_of "$second") -ge $half ]]'
 printf '  a second worker joins: both hold >= %d after %.2fs (%s)\n' "$half" "$(elapsed "$t0")" "$(shares)"
 t0=$(now)
 kill -TERM "$second"; wait "$second" 2>/dev/null || true
-until [[ $(share_of "$first") -ge $cap ]]; do sleep 0.02; done
+waitfor '[[ $(share_of "$first") -ge $cap ]]'
 printf '  it leaves (SIGTERM): the first holds %d again after %.2fs\n' "$cap" "$(elapsed "$t0")"
 start_worker step "$work/st3.log"; third=$last_pid
-until [[ $(share_of "$third") -ge $half ]]; do sleep 0.02; done
+waitfor '[[ $(share_of "$third") -ge $half ]]'
 t0=$(now)
 kill -KILL "$third"; wait "$third" 2>/dev/null || true
-until [[ $(share_of "$first") -ge $cap ]]; do sleep 0.02; done
+waitfor '[[ $(share_of "$first") -ge $cap ]]'
 printf '  one killed with -9 (--timeout 12s): the first holds %d again after %.2fs (lease 1s + attempt timeout 12s + 1s grace)\n' "$cap" "$(elapsed "$t0")"
 stop_all
 stop_fake
+fi
 
+if phase 4; then
 echo "== 4. the database's cost: $members idle serve members for ${secs}s"
 start_fake -latency "${latency_ms}ms"
 c0=$(pg_cpu_ticks); sleep "$secs"; c1=$(pg_cpu_ticks)
@@ -117,4 +135,5 @@ if [[ -n $c0 ]]; then
     "$(echo "($busy - $idle) * 1000 / (($r1 - $r0) / $dt)" | bc -l)"
 else
   printf '  renewals: %.1f/s in all (PostgreSQL is not on this machine: no CPU figure)\n' "$(echo "($r1 - $r0) / $dt" | bc -l)"
+fi
 fi

@@ -32,12 +32,11 @@ type Claim struct {
 
 // Ideal divides cap among the live claims (the result is by index; a
 // lapsed claim's share is 0): first each batch member's floor (at most its
-// demand), so that a batch is never starved, then the servers' demand (at
-// least one slot each, so that a first request finds one), then the
-// batches' demand, then, from what is left, a headroom for the servers (a
-// quarter of their demand, at least one), so that a rise in their traffic
-// between two renewals finds a free slot when nobody else wants it. Each
-// step is max-min fair among its members, and -c bounds every want.
+// demand), so that a batch is never starved, then the servers' demand with
+// a headroom (a quarter of it, at least one slot), so that a rise in their
+// traffic between two renewals, or a burst within one, finds a free slot
+// rather than wait for the batches to shrink, then the batches' demand.
+// Each step is max-min fair among its members, and -c bounds every want.
 // Lapsed members' charges are held back from cap first. The shares sum to
 // at most cap less those charges.
 func Ideal(capacity, floor int, cs []Claim) []int {
@@ -52,7 +51,6 @@ func Ideal(capacity, floor int, cs []Claim) []int {
 		return share
 	}
 	want := make([]int, len(cs))
-	extra := make([]int, len(cs))
 	var floors, serves, batches []int // indexes
 	fl := make([]int, len(cs))
 	for i, c := range cs {
@@ -61,8 +59,7 @@ func Ideal(capacity, floor int, cs []Claim) []int {
 		}
 		d := min(max(c.Demand, 0), c.Max)
 		if c.Kind.Interactive() {
-			want[i] = min(c.Max, max(1, d))
-			extra[i] = min(c.Max, d+max(1, (d+3)/4)) - want[i]
+			want[i] = min(c.Max, d+max(1, (d+3)/4))
 			serves = append(serves, i)
 			continue
 		}
@@ -79,8 +76,7 @@ func Ideal(capacity, floor int, cs []Claim) []int {
 	for _, i := range batches {
 		rest[i] = want[i] - share[i]
 	}
-	avail -= fill(avail, batches, rest, share, cs)
-	fill(avail, serves, extra, share, cs)
+	fill(avail, batches, rest, share, cs)
 	return share
 }
 

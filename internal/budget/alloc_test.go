@@ -26,7 +26,7 @@ func TestIdealServersFirst(t *testing.T) {
 		live("w1", KindWorker, 12, 12), live("w2", KindWorker, 12, 12),
 	}
 	got := Ideal(12, 1, cs)
-	want := []int{2, 2, 2, 3, 3} // each server its 2; the 6 left to the workers, fairly; no headroom left
+	want := []int{3, 3, 3, 2, 1} // each server 2 plus 1 headroom; the 3 left to the workers, fairly
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("shares %v, want %v", got, want)
 	}
@@ -69,9 +69,9 @@ func TestIdealHoldsLapsedCharges(t *testing.T) {
 // A server with no traffic keeps one slot, so that its first request does
 // not wait for a renewal; -c bounds every want.
 func TestIdealIdleServerKeepsOne(t *testing.T) {
-	// With room to spare, a server gets its headroom too.
-	if got := Ideal(12, 1, []Claim{live("s", KindServe, 12, 4), live("w", KindWorker, 12, 2)}); fmt.Sprint(got) != "[5 2]" {
-		t.Fatalf("shares %v, want [5 2] (4 plus 1 headroom, the worker's 2)", got)
+	// A server's headroom comes before the batches' demand.
+	if got := Ideal(12, 1, []Claim{live("s", KindServe, 12, 8), live("w", KindWorker, 12, 12)}); fmt.Sprint(got) != "[10 2]" {
+		t.Fatalf("shares %v, want [10 2] (8 plus 2 headroom, the worker the rest)", got)
 	}
 	got := Ideal(12, 1, []Claim{live("s", KindServe, 4, 0), live("busy", KindServe, 4, 20)})
 	if fmt.Sprint(got) != "[1 4]" {
@@ -137,7 +137,7 @@ func TestIdealBounds(t *testing.T) {
 				t.Fatalf("member %+v got %d", c, got[i])
 			}
 			d := min(c.Demand, c.Max)
-			if c.Kind.Interactive() && c.Live && got[i] < min(c.Max, max(1, d)) {
+			if c.Kind.Interactive() && c.Live && got[i] < min(c.Max, d+max(1, (d+3)/4)) {
 				serveShort = true
 			}
 			if !c.Kind.Interactive() && got[i] > min(floor, d) {

@@ -80,18 +80,18 @@ func TestRenewDividesTheCap(t *testing.T) {
 	if g := renew(report("s1", KindServe, 5, 0, 0)); g != 0 {
 		t.Fatalf("server before w1 shrank: %d, want 0", g)
 	}
-	// w1 is told 7 (12 less the server's 5), but it applied 12 with 12
-	// in flight: still charged 12.
-	if g := renew(report("w1", KindWorker, 12, 12, 12)); g != 7 {
-		t.Fatalf("w1 shrunk to %d, want 7", g)
+	// w1 is told 5 (12 less the server's 5 and its headroom of 2), but it
+	// applied 12 with 12 in flight: still charged 12.
+	if g := renew(report("w1", KindWorker, 12, 12, 12)); g != 5 {
+		t.Fatalf("w1 shrunk to %d, want 5", g)
 	}
 	if g := renew(report("s1", KindServe, 5, 0, 0)); g != 0 {
 		t.Fatalf("server while w1's calls may still be out: %d, want 0", g)
 	}
-	// w1 renews under 7 with 7 in flight: charged 7.
-	renew(report("w1", KindWorker, 12, 7, 7))
-	if g := renew(report("s1", KindServe, 5, 0, 0)); g != 5 {
-		t.Fatalf("server once w1 is within its share: %d, want 5", g)
+	// w1 renews under 5 with 5 in flight: charged 5.
+	renew(report("w1", KindWorker, 12, 5, 5))
+	if g := renew(report("s1", KindServe, 5, 0, 0)); g != 7 {
+		t.Fatalf("server once w1 is within its share: %d, want 7 (5 plus 2 headroom)", g)
 	}
 	st, err := s.Status(ctx, "b")
 	if err != nil {
@@ -106,11 +106,11 @@ func TestRenewDividesTheCap(t *testing.T) {
 	}
 	// s1 stops renewing: its charge holds for lease + timeout + grace.
 	time.Sleep(300*time.Millisecond + 100*time.Millisecond)
-	if g := renew(report("w1", KindWorker, 12, 7, 7)); g > 7 {
+	if g := renew(report("w1", KindWorker, 12, 5, 5)); g > 5 {
 		t.Fatalf("w1 got %d while s1's lapsed charge may still be in flight", g)
 	}
 	time.Sleep(500*time.Millisecond + ReclaimGrace)
-	if g := renew(report("w1", KindWorker, 12, 7, 7)); g != 12 {
+	if g := renew(report("w1", KindWorker, 12, 5, 5)); g != 12 {
 		t.Fatalf("w1 got %d after s1 was reclaimed, want 12", g)
 	}
 	if _, err := s.Renew(ctx, "gone", report("x", KindWorker, 1, 0, 0)); !errors.Is(err, ErrNoBudget) {
