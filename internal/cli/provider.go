@@ -239,7 +239,9 @@ func (o *providerOptions) open(ios *IOStreams, log *slog.Logger, counters *resil
 		return g, err
 	}
 	if err := o.member.Start(context.Background(), g); err != nil {
-		return nil, budgetError(fmt.Errorf("joining --budget %s: %w", queue.Printable(o.budget.name), err))
+		// Before any call: a set-up error, as a database that cannot be
+		// reached is for the queue.
+		return nil, usageErrorf("joining --budget %s: %s", queue.Printable(o.budget.name), queue.Summarise(err))
 	}
 	log.Info("joined the budget", "budget", o.budget.name, "member", o.member.ID(), "share", o.member.Snapshot().Share)
 	return g, nil
