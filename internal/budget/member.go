@@ -259,14 +259,22 @@ func (m *Member) demandOf(peak, applied int) int {
 	return min(most, m.cfg.Max)
 }
 
+// pause and open apply the budget's pause or open breaker, saying so when
+// one starts (a pause or a breaker already under way is only extended).
 func (m *Member) pause(now time.Time, d time.Duration) {
 	until := now.Add(d)
+	if m.pausedUntil.Load() < now.UnixNano() {
+		m.log.Info("the budget is paused: a member got HTTP 429 with Retry-After; no call until then", "for", d.Round(time.Millisecond))
+	}
 	raise(&m.pausedUntil, until)
 	m.g.PauseUntil(until)
 }
 
 func (m *Member) open(now time.Time, d time.Duration) {
 	until := now.Add(d + ProbeMargin)
+	if m.openUntil.Load() < now.UnixNano() {
+		m.log.Info("the budget's breaker is open: another member saw the provider fail and probes it", "for", (d + ProbeMargin).Round(time.Millisecond))
+	}
 	raise(&m.openUntil, until)
 	m.g.OpenUntil(until)
 }

@@ -12,7 +12,7 @@ import (
 	"github.com/hfsent/hfsent/internal/resilience"
 )
 
-func openStore(t *testing.T) *Store {
+func openStore(t testing.TB) *Store {
 	t.Helper()
 	ctx := context.Background()
 	db, err := queue.Open(ctx, pgtest.URL(t))
