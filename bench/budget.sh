@@ -11,7 +11,9 @@
 #      batch competing for the same budget (goal: p99 at most 1.2 x alone);
 #   3. shares following a step: a worker alone holds the cap; a second
 #      worker joins: time until both hold at least cap/2 - 1; the second
-#      leaves (SIGTERM): time until the first holds the cap again;
+#      leaves (SIGTERM): time until the first holds the cap again; a third
+#      is killed with -9: the same; a server's traffic doubles beside the
+#      worker: time until its share has doubled (less one);
 #   4. the database's cost: MEMBERS (default 8) idle serve members for SECS:
 #      renewals per second and PostgreSQL CPU per member (against the same
 #      time with none).
@@ -110,6 +112,20 @@ t0=$(now)
 kill -KILL "$third"; wait "$third" 2>/dev/null || true
 waitfor '[[ $(share_of "$first") -ge $cap ]]'
 printf '  one killed with -9 (--timeout 12s): the first holds %d again after %.2fs (lease 1s + attempt timeout 12s + 1s grace)\n' "$cap" "$(elapsed "$t0")"
+start_serve "$work/step-serve.log"; spid=$last_pid; saddr=$last_addr
+"$work/loadgen" -url "http://$saddr" -rate 150 -warmup 0s -duration 4s -name step >/dev/null &
+lg=$!
+sleep 3
+before=$(share_of "$spid")
+wait "$lg"
+"$work/loadgen" -url "http://$saddr" -rate 300 -warmup 0s -duration 6s -name step2 >/dev/null &
+lg=$!
+t0=$(now)
+target=$((before * 2 - 1))
+if waitfor '[[ $(share_of "$spid") -ge $target ]]'; then
+  printf '  a server'"'"'s traffic doubles (150/s to 300/s) beside the worker: its share goes from %d to %d in %.2fs (%s)\n' "$before" "$(share_of "$spid")" "$(elapsed "$t0")" "$(shares)"
+fi
+wait "$lg" || true
 stop_all
 stop_fake
 fi
