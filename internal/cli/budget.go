@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"strconv"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -29,20 +30,21 @@ const (
 )
 
 // budgetError maps a budget error to its exit code as queueError does: a
-// budget that does not exist, or a bad name, is exit 2.
+// budget that does not exist, or a bad name, is exit 2; a driver error on
+// the way is exit 1, shown without the connection string.
 func budgetError(err error) error {
-	if errors.Is(err, budget.ErrNoBudget) || errors.Is(err, budget.ErrName) {
-		return usageError(err)
-	}
 	var ee *exitError
-	if errors.As(err, &ee) {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, budget.ErrNoBudget), errors.Is(err, budget.ErrName):
+		return usageError(err)
+	case errors.As(err, &ee):
 		return err
+	case errors.Is(err, queue.ErrURL), errors.Is(err, queue.ErrConnect):
+		return queueError(err)
 	}
-	if err != nil && !errors.Is(err, queue.ErrURL) && !errors.Is(err, queue.ErrConnect) {
-		// A driver error on the way: shown without the connection string.
-		return queueError(fmt.Errorf("%s", queue.Summarise(err)))
-	}
-	return queueError(err)
+	return &exitError{code: ExitRowsFailed, err: errors.New(queue.Summarise(err))}
 }
 
 func newBudgetCmd(ios *IOStreams, g *globalOptions) *cobra.Command {
@@ -170,7 +172,7 @@ func rpsText(r float64) string {
 	if r <= 0 {
 		return "none"
 	}
-	return fmt.Sprintf("%g", r)
+	return strconv.FormatFloat(r, 'g', 4, 64)
 }
 
 // budgetJSON is budget status --json.
