@@ -327,9 +327,7 @@ func (g *Guard) SetShare(n int, rps float64, until time.Time) {
 	if rps >= 0 && rate.Limit(rps) < lim {
 		lim = rate.Limit(rps)
 	}
-	if g.limiter.lim.Limit() != lim {
-		g.limiter.lim.SetLimit(lim)
-	}
+	g.limiter.setLimit(lim)
 }
 
 // Demand is what a fleet's budget divides its cap by: the calls in flight
