@@ -558,3 +558,26 @@ func TestBudgetSharesAnOutage(t *testing.T) {
 	}
 	_ = opened
 }
+
+// budget status --watch redraws until interrupted, then exits 0.
+func TestBudgetStatusWatch(t *testing.T) {
+	db := pgtest.URL(t)
+	mustRun(t, qenv(db), "budget", "set", "b", "--cap", "3")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd, stderr := hfsent(t, ctx, "budget", "status", "b", "--watch", "--interval", "100ms")
+	cmd.Env = append(cmd.Env, qenv(db)...)
+	var out bytes.Buffer
+	cmd.Stdout = &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1500 * time.Millisecond)
+	_ = cmd.Process.Signal(syscall.SIGINT)
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("budget status --watch after SIGINT: %v\n%s", err, stderr.String())
+	}
+	if n := bytes.Count(out.Bytes(), []byte("budget b: cap=3")); n < 3 {
+		t.Fatalf("%d frames in 1.5s at --interval 100ms:\n%s", n, out.String())
+	}
+}
