@@ -67,9 +67,13 @@ type Member struct {
 
 	share, demand, inFlight atomic.Int64
 	rps                     atomic.Uint64 // float64 bits
-	leaseEnd                atomic.Int64  // unix nanos of the local clock, for Snapshot only
-	pausedUntil, openUntil  atomic.Int64  // unix nanos, the budget's as last heard
-	renewals, failures      atomic.Int64
+	// leaseEnd is when the lease applied ends, in nanoseconds of this
+	// process's monotonic clock since base: a wall-clock step must not make
+	// the member report a lease it still applies as lapsed.
+	base                   time.Time
+	leaseEnd               atomic.Int64
+	pausedUntil, openUntil atomic.Int64 // unix nanos, the budget's as last heard
+	renewals, failures     atomic.Int64
 
 	// peaks are a server's last demand peaks, one per renewal (the loop's
 	// own): it asks for the most of them, so that a burst seen in the last
@@ -101,7 +105,7 @@ func Join(ctx context.Context, s *Store, cfg MemberConfig) (*Member, error) {
 	var b [4]byte
 	_, _ = rand.Read(b[:])
 	id := fmt.Sprintf("%s:%d:%s", cfg.Host, cfg.PID, hex.EncodeToString(b[:]))
-	return &Member{store: s, cfg: cfg, id: id, log: cfg.Logger.With("budget", cfg.Budget),
+	return &Member{store: s, cfg: cfg, id: id, log: cfg.Logger.With("budget", cfg.Budget), base: time.Now(),
 		reports: make(chan Notice, 16), stop: make(chan struct{})}, nil
 }
 
@@ -183,12 +187,16 @@ func (m *Member) Snapshot() Snapshot {
 	return Snapshot{
 		Share: int(m.share.Load()), Demand: int(m.demand.Load()), InFlight: int(m.inFlight.Load()),
 		RPS:       floatFrom(m.rps.Load()),
-		LeaseHeld: now < m.leaseEnd.Load(),
+		LeaseHeld: m.held(time.Now()),
 		Paused:    time.Duration(max(0, m.pausedUntil.Load()-now)),
 		Open:      time.Duration(max(0, m.openUntil.Load()-now)),
 		Renewals:  m.renewals.Load(), Failures: m.failures.Load(),
 	}
 }
+
+// held reports whether the lease applied holds at t (a time.Now, with its
+// monotonic reading).
+func (m *Member) held(t time.Time) bool { return int64(t.Sub(m.base)) < m.leaseEnd.Load() }
 
 // validFor is how long a renewal holds on this process's clock, counted
 // from when it asked: a tenth short of the lease the database counts from
@@ -200,7 +208,7 @@ func (m *Member) renew(ctx context.Context) error {
 	asked := time.Now() // the lease is counted from here, on the monotonic clock
 	inFlight, peak := m.g.Demand()
 	applied, appliedRPS := int(m.share.Load()), floatFrom(m.rps.Load())
-	if asked.UnixNano() >= m.leaseEnd.Load() {
+	if !m.held(asked) {
 		applied, appliedRPS = 0, 0 // a lapsed lease grants nothing
 	}
 	demand := m.demandOf(peak, applied)
@@ -222,7 +230,7 @@ func (m *Member) renew(ctx context.Context) error {
 	m.g.SetShare(r.Share, rps, until)
 	m.share.Store(int64(r.Share))
 	m.rps.Store(floatBits(r.RPS))
-	m.leaseEnd.Store(until.UnixNano())
+	m.leaseEnd.Store(int64(until.Sub(m.base)))
 	m.renewals.Add(1)
 	now := time.Now()
 	if r.Paused > 0 {
@@ -301,7 +309,7 @@ func (m *Member) loop() {
 					what = "the budget is gone (dropped?)"
 				}
 				m.log.Warn(what+": no new provider call once the lease ends; resuming when it renews",
-					"lease_ends_in", max(0, time.Until(time.Unix(0, m.leaseEnd.Load()))).Round(time.Millisecond), "err", summary(err))
+					"lease_ends_in", max(0, time.Duration(m.leaseEnd.Load()-int64(time.Since(m.base)))).Round(time.Millisecond), "err", summary(err))
 			}
 		default:
 			if failing {
