@@ -173,6 +173,26 @@ func main() {
 		proxy = &fakehf.ScaledToZero{Inner: h, StartUp: *scaleToZero}
 		h = proxy
 	}
+	// The mean of calls in flight over the run (bench/budget.sh): the time
+	// every call was held, summed, over the time from the first call's
+	// start to the last one's end (Little's law).
+	var busy, firstStart, lastEnd atomic.Int64
+	inner := h
+	h = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		t0 := time.Now().UnixNano()
+		firstStart.CompareAndSwap(0, t0)
+		inner.ServeHTTP(w, r)
+		t1 := time.Now().UnixNano()
+		busy.Add(t1 - t0)
+		for cur := lastEnd.Load(); t1 > cur && !lastEnd.CompareAndSwap(cur, t1); cur = lastEnd.Load() {
+		}
+	})
+	meanInFlight := func() float64 {
+		if span := lastEnd.Load() - firstStart.Load(); span > 0 {
+			return float64(busy.Load()) / float64(span)
+		}
+		return 0
+	}
 	srv := &http.Server{Handler: h}
 	go func() {
 		sig := make(chan os.Signal, 1)
@@ -184,8 +204,8 @@ func main() {
 		if chatFake != nil {
 			fmt.Fprintf(os.Stderr, "fakeprovider: chat calls=%d 429=%d tokens_accepted=%d\n", chatFake.Calls(), chatFake.Rejected(), chatFake.Tokens())
 		}
-		fmt.Fprintf(os.Stderr, "fakeprovider: calls=%d max_in_flight=%d 429=%d 503=%d outage_500=%d poison=%d loading=%d\n",
-			calls(), f.MaxInFlight(), rejected.Load(), failed.Load(), outage.Load(), poisoned.Load(), loading.Load())
+		fmt.Fprintf(os.Stderr, "fakeprovider: calls=%d max_in_flight=%d mean_in_flight=%.2f 429=%d 503=%d outage_500=%d poison=%d loading=%d\n",
+			calls(), f.MaxInFlight(), meanInFlight(), rejected.Load(), failed.Load(), outage.Load(), poisoned.Load(), loading.Load())
 		_ = srv.Close()
 	}()
 	if err := srv.Serve(ln); err != nil && err != http.ErrServerClosed {

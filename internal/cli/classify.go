@@ -14,6 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/hfsent/hfsent/internal/budget"
 	"github.com/hfsent/hfsent/internal/engine"
 	"github.com/hfsent/hfsent/internal/input"
 )
@@ -23,6 +24,7 @@ type classifyOptions struct {
 	output      string
 	in          inputOptions
 	prov        providerOptions
+	db          dbOptions // --db, for --budget
 	eng         engineOptions
 	maxChars    int
 	resume      bool
@@ -91,6 +93,7 @@ The token comes from HF_TOKEN, else the Hugging Face token file
 	fs.StringVarP(&o.output, "output", "o", "", "results CSV (default: stdout)")
 	addInputFlags(fs, &o.in)
 	addProviderFlags(fs, &o.prov, batchProvider)
+	addDBFlags(fs, &o.db, false)
 	addEngineFlags(fs, &o.eng, batchEngine)
 	fs.IntVar(&o.maxChars, "max-chars", 5000, "longer texts are invalid_input ("+rangeHelp(1, maxCharsLimit)+")")
 	fs.BoolVar(&o.resume, "resume", false, "keep rows already in --output whose outcome is final, process only the rest")
@@ -150,6 +153,12 @@ func runClassify(ctx context.Context, o *classifyOptions, ios *IOStreams, log *s
 		return usageError(err)
 	}
 	logInput(log, info.name, src)
+	leaveBudget, err := o.prov.joinBudget(ctx, ios, log, &o.db, nil, budget.KindClassify)
+	if err != nil {
+		return err
+	}
+	// Run after the run: no call is in flight any more.
+	defer leaveBudget(true)
 	guard, err := o.prov.open(ios, log, nil)
 	if err != nil {
 		return err

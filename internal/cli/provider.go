@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -8,7 +9,9 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/hfsent/hfsent/internal/budget"
 	"github.com/hfsent/hfsent/internal/provider"
+	"github.com/hfsent/hfsent/internal/queue"
 	"github.com/hfsent/hfsent/internal/resilience"
 )
 
@@ -38,6 +41,11 @@ type providerOptions struct {
 	billTo           string
 	// lab: --labels, --prompt-file, --token-env, --tpm (chat.go).
 	lab labelOptions
+
+	// budget is --budget and --budget-lease; member, when set (joinBudget),
+	// bounds the guard open builds and is started with it.
+	budget budgetOptions
+	member *budget.Member
 
 	// flags tells which flags were given.
 	flags *pflag.FlagSet
@@ -93,6 +101,7 @@ func addProviderFlags(fs *pflag.FlagSet, o *providerOptions, use providerUse) {
 	fs.StringVar(&o.fallbackEP, "fallback-endpoint", "", "where --fallback-model is asked, e.g. a local vLLM's http://127.0.0.1:8000/v1/chat/completions for chat:MODEL (default: --endpoint when the fallback is of the primary's kind and the endpoint can name it, else the kind's default endpoint)")
 	addBillToFlag(fs, &o.billTo)
 	addLabelFlags(fs, &o.lab)
+	addBudgetFlags(fs, &o.budget)
 }
 
 // addBillToFlag adds --bill-to, which classify, serve, worker and check take.
@@ -212,6 +221,9 @@ func (o *providerOptions) validate() error {
 			return err
 		}
 	}
+	if err := o.budget.validate(); err != nil {
+		return err
+	}
 	fbKind, fbModel := fallbackKind(strings.TrimSpace(o.fallbackModel), kind)
 	if o.fallbackModel != "" && (fbModel == "" || fbModel == o.model && fbKind.Name == kind.Name) {
 		return usageErrorf("--fallback-model must name another model (or local, chat:MODEL, hf:MODEL), got %q", o.fallbackModel)
@@ -269,13 +281,34 @@ func (o *providerOptions) fallbackEndpoint(fb provider.Kind) string {
 	return fallbackEndpoint(o.endpoint)
 }
 
-// open builds the guarded provider the flags ask for (openGuard), its
+// open builds the guarded provider the flags ask for (build), and, for a
+// member of a fleet budget (--budget, joinBudget), makes the guard's
+// bounds the member's share and starts its renewals: classify, serve and
+// the worker all join a budget here, the same way.
+func (o *providerOptions) open(ios *IOStreams, log *slog.Logger, counters *resilience.Counters, tune ...func(*resilience.Config)) (*resilience.Guard, error) {
+	if o.member != nil {
+		tune = append(tune, o.member.Tune)
+	}
+	g, err := o.build(ios, log, counters, tune...)
+	if err != nil || o.member == nil {
+		return g, err
+	}
+	if err := o.member.Start(context.Background(), g); err != nil {
+		// Before any call: a set-up error, as a database that cannot be
+		// reached is for the queue.
+		return nil, usageErrorf("joining --budget %s: %s", queue.Printable(o.budget.name), queue.Summarise(err))
+	}
+	log.Info("joined the budget", "budget", o.budget.name, "member", o.member.ID(), "share", o.member.Snapshot().Share)
+	return g, nil
+}
+
+// build builds the guarded provider the flags ask for (openGuard), its
 // policies reporting into counters (nil: not reported). tune, if any,
 // adjust the policies' configuration before they are built (hooks, a
 // command's own defaults). The token is looked for only for a remote
 // provider; the embedded model is guarded Plain, and told which of the
 // flags given it ignores.
-func (o *providerOptions) open(ios *IOStreams, log *slog.Logger, counters *resilience.Counters, tune ...func(*resilience.Config)) (*resilience.Guard, error) {
+func (o *providerOptions) build(ios *IOStreams, log *slog.Logger, counters *resilience.Counters, tune ...func(*resilience.Config)) (*resilience.Guard, error) {
 	kind, _ := provider.KindOf(o.provider)
 	spec := guardSpec{kind: kind, fallback: strings.TrimSpace(o.fallbackModel)}
 	if !kind.Remote {

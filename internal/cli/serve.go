@@ -18,6 +18,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/hfsent/hfsent/internal/budget"
 	"github.com/hfsent/hfsent/internal/engine"
 	"github.com/hfsent/hfsent/internal/resilience"
 	"github.com/hfsent/hfsent/internal/serve"
@@ -26,6 +27,7 @@ import (
 type serveOptions struct {
 	addr           string
 	prov           providerOptions
+	db             dbOptions // --db, for --budget
 	eng            engineOptions
 	requestTimeout time.Duration
 	grace          time.Duration
@@ -126,6 +128,7 @@ request: never the text, never the token.`,
 	o.flags = fs
 	fs.StringVar(&o.addr, "addr", "127.0.0.1:8000", "HOST:PORT to listen on (0.0.0.0:8000: every interface; port 0: any free port, logged)")
 	addProviderFlags(fs, &o.prov, serveProvider)
+	addDBFlags(fs, &o.db, false)
 	addEngineFlags(fs, &o.eng, serveEngine)
 	fs.DurationVar(&o.requestTimeout, "request-timeout", serve.DefaultRequestTimeout, "bounds one request from its arrival to its answer: admission, every attempt, backoff and cooldown ("+rangeHelp(minTimeout, maxTimeout)+")")
 	fs.DurationVar(&o.grace, "grace", serve.DefaultGrace, "on SIGTERM or SIGINT, how long requests in flight may finish before they are cancelled ("+rangeHelp(minTimeout, maxGrace)+")")
@@ -218,9 +221,18 @@ func runServe(ctx context.Context, o *serveOptions, ios *IOStreams, log *slog.Lo
 	idRE, _ := o.idRegexp()
 	counters := &resilience.Counters{}
 	metrics := serve.NewMetrics(counters)
+	leaveBudget, err := o.prov.joinBudget(ctx, ios, log, &o.db, nil, budget.KindServe)
+	if err != nil {
+		return err
+	}
+	// Run once the server has drained: no call is in flight any more.
+	defer leaveBudget(true)
 	guard, err := o.prov.open(ios, log, counters)
 	if err != nil {
 		return err
+	}
+	if o.prov.member != nil {
+		metrics.WatchBudget(fleetShare(o.prov.member))
 	}
 	ln, err := net.Listen("tcp", o.addr)
 	if err != nil {

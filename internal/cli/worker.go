@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/hfsent/hfsent/internal/budget"
 	"github.com/hfsent/hfsent/internal/engine"
 	"github.com/hfsent/hfsent/internal/provider"
 	"github.com/hfsent/hfsent/internal/queue"
@@ -160,6 +161,12 @@ func runWorker(ctx context.Context, o *workerOptions, ios *IOStreams, log *slog.
 		PID:          os.Getpid(),
 		Logger:       log,
 	})
+	leaveBudget, err := o.prov.joinBudget(ctx, ios, log, nil, db, budget.KindWorker)
+	if err != nil {
+		return err
+	}
+	// Run after the loop: calls in flight have ended and been written.
+	defer leaveBudget(true)
 	guard, err := o.prov.open(ios, log, nil, w.Tune)
 	if err != nil {
 		return err

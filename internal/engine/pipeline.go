@@ -558,6 +558,11 @@ func (p *Pipeline) slot(j *Job, wait time.Duration) (*resilience.Permit, results
 	// About one call's time frees a slot: when to try again.
 	retry := max(time.Second, p.latency())
 	msg := p.capacityMessage(wait)
+	if n, held := p.slots.Share(); n >= 0 && !held {
+		// A member of a fleet budget whose lease lapsed: nothing is sent
+		// until it renews.
+		msg = "not sent: this process's share of the fleet budget (--budget) lapsed: its database cannot be reached, nothing new is sent until it renews"
+	}
 	p.turnedAway.Store(time.Now().UnixNano())
 	return nil, results.Row{Outcome: outcome.LocalCapacity, StartedMs: -1, RetryAfter: retry, Error: msg}
 }

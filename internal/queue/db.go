@@ -181,6 +181,10 @@ func parseProblem(err error) string {
 	return what
 }
 
+// Summarise is summarise, for the packages that share the queue's
+// database (budget): a driver error without the connection string.
+func Summarise(err error) string { return summarise(err) }
+
 // summarise turns a driver error into a short message without the
 // connection string (which may hold a password).
 func summarise(err error) string {

@@ -36,6 +36,7 @@ import (
 	"time"
 
 	"github.com/failsafe-go/failsafe-go/circuitbreaker"
+	"golang.org/x/time/rate"
 
 	"github.com/hfsent/hfsent/internal/outcome"
 	"github.com/hfsent/hfsent/internal/provider"
@@ -115,6 +116,12 @@ type Config struct {
 	OnPause func(until time.Time)
 	OnOpen  func(until time.Time)
 
+	// Shared: the process is a member of a fleet's budget, which bounds its
+	// calls in flight and its rate from outside (SetShare, below -c and
+	// --rps). No call is granted before the first SetShare, nor once its
+	// lease has passed, and a call is sent only while the lease holds.
+	Shared bool
+
 	Logger   *slog.Logger
 	Counters *Counters
 }
@@ -174,6 +181,7 @@ type Guard struct {
 	slots    *Slots
 	br       *breaker // nil when Plain
 	cool     *cooldown
+	limiter  *rateLayer // nil without --rps (or Plain); always there when Shared
 	run      *runState
 	cfg      Config
 }
@@ -190,23 +198,37 @@ func Build(client provider.Classifier, cfg Config) *Guard {
 	cfg.defaults()
 	g := &Guard{client: client, cfg: cfg, run: &runState{verdict: newVerdict()}}
 	g.slots = NewSlots(cfg.Concurrency, cfg.Adaptive, cfg.Counters)
+	if cfg.Shared {
+		// Nothing is granted before the budget's first share.
+		g.slots.SetShare(0, time.Time{})
+	}
 	m := &meter{client: client, c: cfg.Counters, run: g.run, judge: !cfg.Plain}
+	var sent attempter = m
+	if cfg.Shared {
+		// Innermost: the lease is checked again just before the call goes.
+		sent = &leased{inner: m, slots: g.slots}
+	}
 	if cfg.Plain {
 		// Nothing to judge of an endpoint, and no pause to share.
 		g.run.verdict.decide(serves, nil)
-		g.inner = &gate{inner: m, slots: g.slots}
+		g.inner = &gate{inner: sent, slots: g.slots}
 		return g
 	}
 	g.cool = &cooldown{slots: g.slots, max: cfg.MaxRetryAfter, log: cfg.Logger, c: cfg.Counters, onPause: cfg.OnPause}
-	var chain attempter = m
+	chain := sent
 	var limiter *rateLayer
-	if cfg.RPS > 0 {
-		limiter = newRateLayer(cfg.RPS, cfg.Burst)
+	if cfg.RPS > 0 || cfg.Shared {
+		rps := rate.Limit(cfg.RPS)
+		if cfg.RPS <= 0 {
+			rps = rate.Inf // until the budget says otherwise (SetShare)
+		}
+		limiter = newRateLayer(float64(rps), cfg.Burst)
 		chain = limiter.wrap(chain)
 	}
 	if est, ok := client.(provider.TokenEstimator); ok && (cfg.TPM > 0 || cfg.PaceByHeaders) {
 		chain = newTokenLayer(chain, est, cfg.TPM)
 	}
+	g.limiter = limiter
 	g.br = newBreaker(chain, cfg, g.slots, g.run)
 	g.inner = &gate{inner: g.br, slots: g.slots, cool: g.cool}
 	if cfg.Fallback != nil {
@@ -301,6 +323,33 @@ func (g *Guard) OpenUntil(t time.Time) {
 		g.br.openUntil(t)
 	}
 }
+
+// SetShare is a fleet budget's word for this process (Config.Shared): at
+// most n calls in flight (and -c), at most rps calls a second (and --rps;
+// rps < 0: the budget sets no rate), until until, past which nothing is
+// sent until the next SetShare.
+func (g *Guard) SetShare(n int, rps float64, until time.Time) {
+	g.slots.SetShare(n, until)
+	if g.limiter == nil {
+		return
+	}
+	lim := rate.Inf
+	if g.cfg.RPS > 0 {
+		lim = rate.Limit(g.cfg.RPS)
+	}
+	if rps >= 0 && rate.Limit(rps) < lim {
+		lim = rate.Limit(rps)
+	}
+	g.limiter.setLimit(lim)
+}
+
+// Demand is what a fleet's budget divides its cap by: the calls in flight
+// now, and the most calls in flight plus rows waiting for a slot since the
+// last Demand.
+func (g *Guard) Demand() (inFlight, peak int) { return g.slots.TakeDemand() }
+
+// Shared reports whether the guard's bounds are set by a fleet's budget.
+func (g *Guard) Shared() bool { return g.cfg.Shared }
 
 // closed reports whether calls may go to the primary provider: its breaker
 // is closed (a Plain guard has none).
@@ -585,4 +634,19 @@ func (m *fallbackMeter) attempt(ctx context.Context, r *Row, c provider.Call) (p
 	ans, err := m.client.Classify(ctx, c)
 	m.c.countUsage(r, ans, err)
 	return ans, err
+}
+
+// leased holds a call, just before it is sent, until the budget's lease
+// holds (Config.Shared): its slot was granted under the lease, but it may
+// have waited since (the rate limit, a stopped process).
+type leased struct {
+	inner attempter
+	slots *Slots
+}
+
+func (l *leased) attempt(ctx context.Context, r *Row, c provider.Call) (provider.Answer, error) {
+	if err := l.slots.waitLease(ctx, r.Stop); err != nil {
+		return provider.Answer{}, err
+	}
+	return l.inner.attempt(ctx, r, c)
 }

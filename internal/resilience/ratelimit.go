@@ -2,6 +2,8 @@ package resilience
 
 import (
 	"context"
+	"sync"
+	"time"
 
 	"golang.org/x/time/rate"
 
@@ -12,19 +14,43 @@ import (
 // with it (the primary's attempts and the fallback's rows).
 type rateLayer struct {
 	lim *rate.Limiter
+
+	// changed is closed and replaced when the limit is set from outside (a
+	// fleet budget's share, setLimit): a call waiting for a turn the old
+	// limit gave (never, at 0) asks again under the new one.
+	mu      sync.Mutex
+	changed chan struct{}
 }
 
 func newRateLayer(rps float64, burst int) *rateLayer {
-	return &rateLayer{lim: rate.NewLimiter(rate.Limit(rps), burst)}
+	return &rateLayer{lim: rate.NewLimiter(rate.Limit(rps), burst), changed: make(chan struct{})}
 }
 
 func (r *rateLayer) wrap(inner attempter) attempter {
-	return &rated{inner: inner, lim: r.lim}
+	return &rated{inner: inner, layer: r}
+}
+
+// setLimit changes the rate and wakes the calls waiting for a turn.
+func (r *rateLayer) setLimit(l rate.Limit) {
+	if r.lim.Limit() == l {
+		return
+	}
+	r.lim.SetLimit(l)
+	r.mu.Lock()
+	close(r.changed)
+	r.changed = make(chan struct{})
+	r.mu.Unlock()
+}
+
+func (r *rateLayer) changes() <-chan struct{} {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.changed
 }
 
 type rated struct {
 	inner attempter
-	lim   *rate.Limiter
+	layer *rateLayer
 }
 
 func (r *rated) attempt(ctx context.Context, row *Row, c provider.Call) (provider.Answer, error) {
@@ -33,10 +59,31 @@ func (r *rated) attempt(ctx context.Context, row *Row, c provider.Call) (provide
 	// error that is not the context's; and the wait must also end when
 	// sending stops.
 	row.wait(waitRate)
-	res := r.lim.Reserve()
-	if !sleep(ctx, row.Stop, res.Delay()) {
+	for {
+		changed := r.layer.changes()
+		res := r.layer.lim.Reserve()
+		delay := res.Delay()
+		if delay <= 0 {
+			if ctx.Err() != nil || closed(row.Stop) {
+				res.Cancel()
+				return provider.Answer{}, stopOrCtx(ctx, row.Stop)
+			}
+			return r.inner.attempt(ctx, row, c)
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-t.C:
+			return r.inner.attempt(ctx, row, c)
+		case <-changed:
+			// The limit changed: this turn was given under the old one.
+			t.Stop()
+			res.Cancel()
+			continue
+		case <-ctx.Done():
+		case <-row.Stop:
+		}
+		t.Stop()
 		res.Cancel()
 		return provider.Answer{}, stopOrCtx(ctx, row.Stop)
 	}
-	return r.inner.attempt(ctx, row, c)
 }

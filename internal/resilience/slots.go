@@ -6,6 +6,7 @@ import (
 	"errors"
 	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hfsent/hfsent/internal/outcome"
@@ -36,6 +37,20 @@ type Slots struct {
 
 	adaptive bool
 	aimd     aimd
+
+	// A bound set from outside the process (a fleet's budget: SetShare).
+	// share is -1 when there is none; otherwise no slot is granted past
+	// share, nor once the lease passed: leaseEnd, in nanoseconds of this
+	// process's monotonic clock since base, so that a wall-clock step (or a
+	// process stopped and continued) cannot stretch it. renewed is closed
+	// and replaced at each SetShare, for a call that waits for the lease
+	// just before it is sent (waitLease). peak is the most slots held plus
+	// rows waiting since the last TakeDemand.
+	share    int
+	base     time.Time
+	leaseEnd atomic.Int64
+	renewed  chan struct{}
+	peak     int
 }
 
 type slotWaiter struct {
@@ -70,7 +85,7 @@ func NewSlots(n int, adaptive bool, c *Counters) *Slots {
 	if c == nil {
 		c = &Counters{}
 	}
-	s := &Slots{max: float64(n), c: c, adaptive: adaptive}
+	s := &Slots{max: float64(n), c: c, adaptive: adaptive, share: -1, base: time.Now(), renewed: make(chan struct{})}
 	s.aimd.init(float64(n), adaptive)
 	if adaptive {
 		c.limit.Store(int64(s.limit()))
@@ -119,6 +134,9 @@ func (s *Slots) grantable(ignorePause bool) bool {
 	if s.inUse >= s.limit() {
 		return false
 	}
+	if s.share >= 0 && (s.inUse >= s.share || !s.leaseHeld()) {
+		return false
+	}
 	if !ignorePause && s.pausedUntil != 0 && time.Now().UnixNano() < s.pausedUntil {
 		return false
 	}
@@ -161,6 +179,7 @@ func (s *Slots) Paused() time.Duration {
 // grant hands out one slot. Requires s.mu.
 func (s *Slots) grant() *Permit {
 	s.inUse++
+	s.notePeak()
 	p := &Permit{s: s, k: s.inUse, lim: s.limit(), full: s.inUse >= s.limit()}
 	if s.adaptive {
 		p.epoch, p.probe, p.probes = s.aimd.onGrant(s.inUse)
@@ -189,6 +208,7 @@ func (s *Slots) acquire(ctx context.Context, stop <-chan struct{}, ignorePause b
 	}
 	w := &slotWaiter{ready: make(chan *Permit, 1), ignorePause: ignorePause}
 	el := s.waiters.PushBack(w)
+	s.notePeak()
 	s.mu.Unlock()
 
 	var err error
@@ -492,4 +512,72 @@ func isRateLimited(err error) bool {
 func isTimeout(err error) bool {
 	pe, ok := provider.AsError(err)
 	return ok && pe.Outcome == outcome.UpstreamTimeout
+}
+
+// SetShare bounds the slots to n, from outside the process (a fleet's
+// budget), until until: past it no slot is granted until the next
+// SetShare. A share below the slots held now grants none until enough
+// calls end. n < 0 lifts the bound.
+func (s *Slots) SetShare(n int, until time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.share = max(n, -1)
+	s.leaseEnd.Store(int64(until.Sub(s.base)))
+	close(s.renewed)
+	s.renewed = make(chan struct{})
+	s.wakeLocked()
+}
+
+// leaseHeld reports whether the outside bound's lease still holds, on this
+// process's monotonic clock (true when there is no outside bound).
+func (s *Slots) leaseHeld() bool {
+	return s.share < 0 || int64(time.Since(s.base)) < s.leaseEnd.Load()
+}
+
+// Share is the outside bound now (-1: none) and whether its lease holds.
+func (s *Slots) Share() (n int, held bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.share, s.leaseHeld()
+}
+
+// waitLease waits, just before a call is sent, until the outside bound's
+// lease holds (at once when it does, or when there is none): a slot
+// granted under a lease that passed since (while the call waited for the
+// rate limit, or the process was stopped) must not send.
+func (s *Slots) waitLease(ctx context.Context, stop <-chan struct{}) error {
+	for {
+		s.mu.Lock()
+		if s.leaseHeld() {
+			s.mu.Unlock()
+			return nil
+		}
+		ch := s.renewed
+		s.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-stop:
+			return errStopped
+		}
+	}
+}
+
+// notePeak records the slots held plus rows waiting. Requires s.mu.
+func (s *Slots) notePeak() {
+	if d := s.inUse + s.waiters.Len(); d > s.peak {
+		s.peak = d
+	}
+}
+
+// TakeDemand is the calls in flight now and the most slots held plus rows
+// waiting since the last TakeDemand (a fleet's budget divides its cap by
+// it); the peak starts again from now.
+func (s *Slots) TakeDemand() (inFlight, peak int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	inFlight, peak = s.inUse, s.peak
+	s.peak = s.inUse + s.waiters.Len()
+	return inFlight, max(peak, s.peak)
 }

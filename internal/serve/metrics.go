@@ -134,3 +134,38 @@ func (m *Metrics) outcome(route string, c outcome.Code) {
 		m.rejections.Inc()
 	}
 }
+
+// FleetShare is what a member of a fleet budget (--budget) holds now, for
+// /metrics: its share of the cap, its demand, the budget's pause.
+type FleetShare struct {
+	Share, Demand, InFlight int
+	RPS                     float64
+	LeaseHeld               bool
+	Paused, Open            time.Duration
+	Renewals, Failures      int64
+}
+
+// WatchBudget registers the gauges of the process's budget share; now is
+// asked at each scrape. Call it once, before serving.
+func (m *Metrics) WatchBudget(now func() FleetShare) {
+	gauge := func(name, help string, v func(FleetShare) float64) prometheus.Collector {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, func() float64 { return v(now()) })
+	}
+	m.reg.MustRegister(
+		gauge("hfsent_budget_share", "Calls in flight this member may hold of the fleet budget's cap (--budget), now.", func(f FleetShare) float64 { return float64(f.Share) }),
+		gauge("hfsent_budget_demand", "This member's demand reported at its last renewal: the peak of calls in flight plus requests waiting.", func(f FleetShare) float64 { return float64(f.Demand) }),
+		gauge("hfsent_budget_rps", "Calls per second this member may send of the budget's rate (0: the budget sets none).", func(f FleetShare) float64 { return f.RPS }),
+		gauge("hfsent_budget_lease_held", "1 while this member's lease on its share holds, else 0 (no new call is sent).", func(f FleetShare) float64 {
+			if f.LeaseHeld {
+				return 1
+			}
+			return 0
+		}),
+		gauge("hfsent_budget_paused_seconds", "Time left of a pause every member of the budget keeps after a 429 one of them saw.", func(f FleetShare) float64 { return f.Paused.Seconds() }),
+		gauge("hfsent_budget_breaker_open_seconds", "Time left of a breaker another member opened for the whole budget.", func(f FleetShare) float64 { return f.Open.Seconds() }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "hfsent_budget_renewals_total", Help: "Renewals of this member's share that went through."},
+			func() float64 { return float64(now().Renewals) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "hfsent_budget_renewal_failures_total", Help: "Renewals that failed (database unreachable, budget dropped)."},
+			func() float64 { return float64(now().Failures) }),
+	)
+}

@@ -1,0 +1,155 @@
+#!/usr/bin/env bash
+# Fleet budgets (hfsent budget, --budget): every figure of
+# docs/guides/budget.md#benchmarks, in one sitting, against the fake
+# provider at LATENCY_MS (default 20) under --cap CAP (default 12):
+#   1. utilisation: three workers -c 12 on one batch, demand above the cap,
+#      for SECS (default 10) seconds: the provider's mean calls in flight
+#      over the run (goal: at least 0.9 x cap) and the most at once (never
+#      above the cap);
+#   2. interactive p99: one serve member under RATE requests/s (default
+#      200, open loop, bench/loadgen) alone, then with two workers on a
+#      batch competing for the same budget (goal: p99 at most 1.2 x alone);
+#   3. shares following a step: a worker alone holds the cap; a second
+#      worker joins: time until both hold at least cap/2 - 1; the second
+#      leaves (SIGTERM): time until the first holds the cap again; a third
+#      is killed with -9: the same; a server's traffic doubles beside the
+#      worker: time until its share has doubled (less one);
+#   4. the database's cost: MEMBERS (default 8) idle serve members for SECS:
+#      renewals per second and PostgreSQL CPU per member (against the same
+#      time with none).
+# The batches are pushed with --global-cap 1000, so that the budget, not
+# the batch, is what bounds the workers.
+#   bench/budget.sh            (ONLY="2 3" runs those parts alone)
+set -euo pipefail
+cap=${CAP:-12}; latency_ms=${LATENCY_MS:-20}; secs=${SECS:-10}; rate=${RATE:-200}; members=${MEMBERS:-8}
+source "$(dirname "$0")/lib.sh"
+go build -o "$work/loadgen" ./bench/loadgen
+pids=()
+trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done; bench_cleanup' EXIT
+new_db
+H=$work/hfsent
+export HFSENT_DB=$db
+$H budget set b --cap "$cap" 2>/dev/null
+gen_csv 400000 "$work/in.csv" review
+now() { date +%s.%N; }
+elapsed() { echo "$(now) - $1" | bc -l; }
+shares() { $H budget status b --json | jq -r '[.members[] | select(.live) | "\(.pid):\(.share)"] | join(" ")'; }
+share_of() { $H budget status b --json | jq -r --arg p "$1" '[.members[] | select(.pid == ($p | tonumber)) | .share] | first // -1'; }
+start_worker() { # start_worker BATCH LOG
+  $H worker --batch "$1" --endpoint "http://$(fake_addr)" -c 12 --retries 0 --no-dedupe --no-progress --budget b 2>"$2" &
+  pids+=($!)
+  last_pid=$!
+}
+start_serve() { # start_serve LOG [flags]
+  local log=$1; shift
+  $H serve --addr 127.0.0.1:0 --endpoint "http://$(fake_addr)" -c 12 --retries 0 --no-dedupe --budget b --db "$db" "$@" 2>"$log" &
+  pids+=($!)
+  last_pid=$!
+  for _ in $(seq 100); do grep -q 'msg=listening' "$log" 2>/dev/null && break; sleep 0.05; done
+  last_addr=$(sed -n 's/.*msg=listening addr=\([^ ]*\).*/\1/p' "$log")
+}
+stop_all() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done; pids=(); }
+# waitfor COND: until the shell condition holds, at most 30s.
+waitfor() {
+  local t=$(now)
+  until eval "$1"; do
+    if (( $(echo "$(elapsed "$t") > 30" | bc) )); then echo "  gave up after 30s waiting for: $1 ($(shares))"; return 1; fi
+    sleep 0.02
+  done
+}
+phase() { [[ -z ${ONLY:-} || " $ONLY " == *" $1 "* ]]; }
+fake_line() { sed -n 's/.*\(max_in_flight=[0-9]*\) \(mean_in_flight=[0-9.]*\).*/\1 \2/p' "$work/fake.log"; }
+
+if phase 1; then
+echo "== 1. utilisation: 3 workers -c 12 under --cap $cap, ${secs}s, provider at ${latency_ms}ms"
+$H queue push "$work/in.csv" --batch util --global-cap 1000 --no-progress 2>/dev/null
+start_fake -latency "${latency_ms}ms"
+for i in 1 2 3; do start_worker util "$work/u$i.log"; done
+sleep "$secs"
+stop_all
+stop_fake
+read -r max mean < <(fake_line | tr -d 'a-z_=' | tr -s ' ')
+printf '  provider: most calls at once %s (cap %d), mean in flight %s = %.2f x cap\n' "$max" "$cap" "$mean" "$(echo "$mean / $cap" | bc -l)"
+fi
+
+if phase 2; then
+echo "== 2. interactive p99: serve at ${rate}/s alone, then with 2 workers competing (--cap $cap)"
+start_fake -latency "${latency_ms}ms"
+start_serve "$work/s.log"
+spid=$last_pid; saddr=$last_addr
+"$work/loadgen" -url "http://$saddr" -rate "$rate" -duration "${secs}s" -name "serve alone" | sed 's/^/  /' | tee "$work/alone.txt"
+$H queue push "$work/in.csv" --batch nightly --global-cap 1000 --no-progress 2>/dev/null
+start_worker nightly "$work/n1.log"; start_worker nightly "$work/n2.log"
+sleep 2
+"$work/loadgen" -url "http://$saddr" -rate "$rate" -duration "${secs}s" -name "serve with 2 workers" | sed 's/^/  /' | tee "$work/with.txt"
+echo "  shares at the end (pid:share): $(shares)"
+stop_all
+stop_fake
+p99() { sed -n 's/.*latency answered:.*p99 \([0-9.]*\)\(ms\|µs\|s\).*/\1 \2/p' "$1" | awk '{ v = $1; if ($2 == "s") v *= 1000; if ($2 == "µs") v /= 1000; print v }'; }
+a=$(p99 "$work/alone.txt"); w=$(p99 "$work/with.txt")
+printf '  p99 alone %.1fms, with a batch competing %.1fms: %.2fx\n' "$a" "$w" "$(echo "$w / $a" | bc -l)"
+echo "  provider: $(fake_line)"
+fi
+
+if phase 3; then
+echo "== 3. shares following a step (--cap $cap, renewals every 250ms)"
+start_fake -latency "${latency_ms}ms"
+$H queue push "$work/in.csv" --batch step --global-cap 1000 --no-progress 2>/dev/null
+start_worker step "$work/st1.log"; first=$last_pid
+waitfor '[[ $(share_of "$first") -ge $cap ]]'
+t0=$(now)
+start_worker step "$work/st2.log"; second=$last_pid
+half=$((cap / 2 - 1))
+waitfor '[[ $(share_of "$first") -le $((cap - half)) && $(share_of "$second") -ge $half ]]'
+printf '  a second worker joins: both hold >= %d after %.2fs (%s)\n' "$half" "$(elapsed "$t0")" "$(shares)"
+t0=$(now)
+kill -TERM "$second"; wait "$second" 2>/dev/null || true
+waitfor '[[ $(share_of "$first") -ge $cap ]]'
+printf '  it leaves (SIGTERM): the first holds %d again after %.2fs\n' "$cap" "$(elapsed "$t0")"
+start_worker step "$work/st3.log"; third=$last_pid
+waitfor '[[ $(share_of "$third") -ge $half ]]'
+t0=$(now)
+kill -KILL "$third"; wait "$third" 2>/dev/null || true
+waitfor '[[ $(share_of "$first") -ge $cap ]]'
+printf '  one killed with -9 (--timeout 12s): the first holds %d again after %.2fs (lease 1s + attempt timeout 12s + 1s grace)\n' "$cap" "$(elapsed "$t0")"
+start_serve "$work/step-serve.log"; spid=$last_pid; saddr=$last_addr
+"$work/loadgen" -url "http://$saddr" -rate 150 -warmup 0s -duration 4s -name step >/dev/null &
+lg=$!
+sleep 3
+before=$(share_of "$spid")
+wait "$lg"
+"$work/loadgen" -url "http://$saddr" -rate 300 -warmup 0s -duration 6s -name step2 >/dev/null &
+lg=$!
+t0=$(now)
+target=$((before * 2 - 1))
+if waitfor '[[ $(share_of "$spid") -ge $target ]]'; then
+  printf '  a server'"'"'s traffic doubles (150/s to 300/s) beside the worker: its share goes from %d to %d in %.2fs (%s)\n' "$before" "$(share_of "$spid")" "$(elapsed "$t0")" "$(shares)"
+fi
+wait "$lg" || true
+stop_all
+stop_fake
+fi
+
+if phase 4; then
+echo "== 4. the database's cost: $members idle serve members for ${secs}s"
+start_fake -latency "${latency_ms}ms"
+c0=$(pg_cpu_ticks); sleep "$secs"; c1=$(pg_cpu_ticks)
+for i in $(seq "$members"); do start_serve "$work/m$i.log"; done
+sleep 1
+r0=$(psql "$db" -Atc "select coalesce(sum(renewals),0) from hfsent.budget_member"); c2=$(pg_cpu_ticks); t0=$(now)
+sleep "$secs"
+r1=$(psql "$db" -Atc "select coalesce(sum(renewals),0) from hfsent.budget_member"); c3=$(pg_cpu_ticks); dt=$(elapsed "$t0")
+stop_all
+stop_fake
+if [[ -n $c0 ]]; then
+  hz=$(getconf CLK_TCK)
+  idle=$(echo "($c1 - $c0) / $hz / $secs" | bc -l)
+  busy=$(echo "($c3 - $c2) / $hz / $dt" | bc -l)
+  printf '  renewals: %.1f/s in all, %.2f/s per member\n' "$(echo "($r1 - $r0) / $dt" | bc -l)" "$(echo "($r1 - $r0) / $dt / $members" | bc -l)"
+  printf '  PostgreSQL CPU: %.2f%% of a core idle, %.2f%% with %d members: %.3f%% of a core per member, %.3f ms CPU per renewal\n' \
+    "$(echo "$idle * 100" | bc -l)" "$(echo "$busy * 100" | bc -l)" "$members" "$(echo "($busy - $idle) * 100 / $members" | bc -l)" \
+    "$(echo "($busy - $idle) * 1000 / (($r1 - $r0) / $dt)" | bc -l)"
+else
+  printf '  renewals: %.1f/s in all (PostgreSQL is not on this machine: no CPU figure)\n' "$(echo "($r1 - $r0) / $dt" | bc -l)"
+fi
+fi

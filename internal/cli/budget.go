@@ -1,0 +1,449 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	"golang.org/x/term"
+
+	"github.com/hfsent/hfsent/internal/budget"
+	"github.com/hfsent/hfsent/internal/queue"
+	"github.com/hfsent/hfsent/internal/serve"
+)
+
+// Bounds of the budget's flags.
+const (
+	maxBudgetCap   = 1_000_000
+	minWatchEvery  = 100 * time.Millisecond
+	maxWatchEvery  = time.Hour
+	minBudgetLease = 200 * time.Millisecond
+	maxBudgetLease = time.Minute
+)
+
+// budgetError maps a budget error to its exit code as queueError does: a
+// budget that does not exist, or a bad name, is exit 2; a driver error on
+// the way is exit 1, shown without the connection string.
+func budgetError(err error) error {
+	var ee *exitError
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, budget.ErrNoBudget), errors.Is(err, budget.ErrName):
+		return usageError(err)
+	case errors.As(err, &ee):
+		return err
+	case errors.Is(err, queue.ErrURL), errors.Is(err, queue.ErrConnect):
+		return queueError(err)
+	}
+	return &exitError{code: ExitRowsFailed, err: errors.New(queue.Summarise(err))}
+}
+
+func newBudgetCmd(ios *IOStreams, g *globalOptions) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "budget",
+		Short: "One provider budget for a fleet: serve replicas, workers and classify runs share one cap",
+		Long: `A budget is a cap on calls in flight (and, with --rps, calls per second) that
+every process started with --budget NAME shares, on any machine: serve
+replicas, queue workers and classify runs. Each holds a share under a short
+lease renewed several times a second from PostgreSQL; servers' demand is met
+first, batches share the rest, each keeps at least --batch-floor. A call
+never waits on the database.
+
+The database URL comes from --db, else $` + dbEnv + ` (the queue's database:
+the budget's tables live beside the queue's). See docs/guides/budget.md.`,
+		Example: `  export HFSENT_DB=postgres://hfsent@db.internal:5432/hfsent
+  hfsent budget set hf-account --cap 12 --rps 20
+  hfsent serve --budget hf-account -c 12 &
+  hfsent worker --budget hf-account --batch nightly -c 12 &
+  hfsent budget status hf-account --watch`,
+	}
+	cmd.AddCommand(newBudgetSetCmd(ios, g), newBudgetStatusCmd(ios, g), newBudgetListCmd(ios, g), newBudgetDropCmd(ios, g))
+	return cmd
+}
+
+// openBudgets connects to the database; migrate brings the schema up
+// first (budget set), else a schema not at this binary's version is
+// refused.
+func openBudgets(ctx context.Context, ios *IOStreams, o *dbOptions, migrate bool) (*queue.DB, *budget.Store, error) {
+	db, err := o.open(ctx, ios, false, !migrate)
+	if err != nil {
+		return nil, nil, err
+	}
+	if migrate {
+		if _, _, err := db.Migrate(ctx); err != nil {
+			db.Close()
+			return nil, nil, queueError(err)
+		}
+	}
+	return db, budget.NewStore(db.Pool), nil
+}
+
+func budgetName(args []string) (string, error) {
+	if len(args) != 1 {
+		return "", usageErrorf("name the budget: hfsent budget COMMAND NAME")
+	}
+	if err := budget.CheckName(args[0]); err != nil {
+		return "", usageError(err)
+	}
+	return args[0], nil
+}
+
+func newBudgetSetCmd(ios *IOStreams, g *globalOptions) *cobra.Command {
+	o := &dbOptions{}
+	var capacity, floor int
+	var rps float64
+	cmd := &cobra.Command{
+		Use:   "set NAME --cap N [--rps R] [--batch-floor N]",
+		Short: "Create a budget, or change its cap, rate or batch floor (idempotent)",
+		Long: `set creates the budget NAME or changes it: members take the new cap at their
+next renewal (within a second). --rps and --batch-floor keep their value when
+not given (at creation: no rate, a floor of 1). The schema is created or
+upgraded first, as queue push does.`,
+		Example: `  hfsent budget set hf-account --cap 12
+  hfsent budget set hf-account --cap 24 --rps 40 --batch-floor 2`,
+		Args: cobra.ArbitraryArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if _, err := g.logger(ios); err != nil {
+				return err
+			}
+			name, err := budgetName(args)
+			if err != nil {
+				return err
+			}
+			if !cmd.Flags().Changed("cap") {
+				return usageErrorf("--cap N is required: the calls in flight the budget allows over all its members")
+			}
+			var rpsArg *float64
+			var floorArg *int
+			for _, err := range []error{
+				inRange("--cap", capacity, 1, maxBudgetCap, ""),
+				inRange("--rps", rps, minRPS, maxRPS, "no limit"),
+				inRange("--batch-floor", floor, 0, capacity, ""),
+			} {
+				if err != nil {
+					return err
+				}
+			}
+			if cmd.Flags().Changed("rps") {
+				rpsArg = &rps
+			}
+			if cmd.Flags().Changed("batch-floor") {
+				floorArg = &floor
+			}
+			ctx := cmd.Context()
+			db, st, err := openBudgets(ctx, ios, o, true)
+			if err != nil {
+				return err
+			}
+			defer db.Close()
+			created, err := st.Set(ctx, name, capacity, rpsArg, floorArg)
+			if err != nil {
+				return budgetError(err)
+			}
+			b, err := st.Get(ctx, name)
+			if err != nil {
+				return budgetError(err)
+			}
+			what := "changed"
+			if created {
+				what = "created"
+			}
+			fmt.Fprintf(ios.ErrOut, "budget %s %s: cap=%d rps=%s batch_floor=%d\n", queue.Printable(name), what, b.Cap, rpsText(b.RPS), b.BatchFloor)
+			return nil
+		},
+	}
+	addDBFlags(cmd.Flags(), o, false)
+	cmd.Flags().IntVar(&capacity, "cap", 0, "calls in flight at most over every member (required; "+rangeHelp(1, maxBudgetCap)+")")
+	cmd.Flags().Float64Var(&rps, "rps", 0, "calls per second at most over every member, divided as the cap is (0: no limit, else "+rangeHelp(minRPS, maxRPS)+")")
+	cmd.Flags().IntVar(&floor, "batch-floor", 1, "slots every busy batch member (classify, worker) keeps however much servers want, so that batches never starve (0 to the cap)")
+	return cmd
+}
+
+func rpsText(r float64) string {
+	if r <= 0 {
+		return "none"
+	}
+	return strconv.FormatFloat(r, 'g', 4, 64)
+}
+
+// budgetJSON is budget status --json.
+type budgetJSON struct {
+	Name       string             `json:"name"`
+	Cap        int                `json:"cap"`
+	RPS        float64            `json:"rps"`
+	BatchFloor int                `json:"batch_floor"`
+	PausedMs   int64              `json:"paused_ms"`
+	OpenMs     int64              `json:"breaker_open_ms"`
+	OpenBy     string             `json:"breaker_open_by,omitempty"`
+	Shares     int                `json:"shares"`
+	InFlight   int                `json:"in_flight"`
+	Members    []budget.MemberRow `json:"members"`
+}
+
+func newBudgetStatusCmd(ios *IOStreams, g *globalOptions) *cobra.Command {
+	o := &dbOptions{}
+	var asJSON, watch bool
+	var every time.Duration
+	cmd := &cobra.Command{
+		Use:   "status NAME [--json] [--watch]",
+		Short: "The budget's cap and rate, each member's share, demand and calls in flight, the pause and the breaker",
+		Long: `status shows the budget's cap and rate and every member: host, pid, kind
+(serve, classify, worker), share, demand, calls in flight, when it last
+renewed. A member whose lease passed is listed (live=false) until its charge
+is handed back. The shares listed sum to at most the cap. --watch redraws
+every --interval until interrupted. A budget that does not exist exits 2.`,
+		Example: `  hfsent budget status hf-account
+  hfsent budget status hf-account --json | jq '.members[] | {kind, share, in_flight}'
+  hfsent budget status hf-account --watch`,
+		Args: cobra.ArbitraryArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if _, err := g.logger(ios); err != nil {
+				return err
+			}
+			name, err := budgetName(args)
+			if err != nil {
+				return err
+			}
+			if err := inRange("--interval", every, minWatchEvery, maxWatchEvery, ""); err != nil {
+				return err
+			}
+			ctx := cmd.Context()
+			db, st, err := openBudgets(ctx, ios, o, false)
+			if err != nil {
+				return err
+			}
+			defer db.Close()
+			if !watch {
+				s, err := st.Status(ctx, name)
+				if err != nil {
+					return budgetError(err)
+				}
+				return writeBudgetStatus(ios.Out, s, asJSON)
+			}
+			ctx, stop := interruptContext(ctx, ios, slog.New(slog.DiscardHandler), nil)
+			defer stop()
+			clear := isTerminal(ios.Out) && !asJSON
+			for {
+				s, err := st.Status(ctx, name)
+				if ctx.Err() != nil {
+					return nil
+				}
+				if err != nil {
+					return budgetError(err)
+				}
+				if clear {
+					fmt.Fprint(ios.Out, "\x1b[H\x1b[2J")
+				}
+				if err := writeBudgetStatus(ios.Out, s, asJSON); err != nil {
+					return err
+				}
+				if !clear && !asJSON {
+					fmt.Fprintln(ios.Out)
+				}
+				select {
+				case <-ctx.Done():
+					return nil
+				case <-time.After(every):
+				}
+			}
+		},
+	}
+	addDBFlags(cmd.Flags(), o, false)
+	cmd.Flags().BoolVar(&asJSON, "json", false, "write JSON (one object; with --watch one per line)")
+	cmd.Flags().BoolVar(&watch, "watch", false, "redraw every --interval until interrupted")
+	cmd.Flags().DurationVar(&every, "interval", time.Second, "time between redraws with --watch ("+rangeHelp(minWatchEvery, maxWatchEvery)+")")
+	return cmd
+}
+
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
+}
+
+func writeBudgetStatus(w io.Writer, s budget.Status, asJSON bool) error {
+	b := s.Budget
+	shares, inFlight := 0, 0
+	for _, m := range s.Members {
+		shares += m.Share
+		inFlight += m.InFlight
+	}
+	if asJSON {
+		members := s.Members
+		if members == nil {
+			members = []budget.MemberRow{}
+		}
+		out, err := json.Marshal(budgetJSON{Name: b.Name, Cap: b.Cap, RPS: b.RPS, BatchFloor: b.BatchFloor,
+			PausedMs: b.Paused.Milliseconds(), OpenMs: b.Open.Milliseconds(), OpenBy: b.OpenBy,
+			Shares: shares, InFlight: inFlight, Members: members})
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(w, "%s\n", out)
+		return err
+	}
+	fmt.Fprintf(w, "budget %s: cap=%d rps=%s batch_floor=%d shares=%d in_flight=%d\n",
+		queue.Printable(b.Name), b.Cap, rpsText(b.RPS), b.BatchFloor, shares, inFlight)
+	pause := "none"
+	if b.Paused > 0 {
+		pause = b.Paused.Round(time.Millisecond).String() + " left (a 429's Retry-After)"
+	}
+	breaker := "closed"
+	if b.Open > 0 {
+		breaker = fmt.Sprintf("open, %s before %s probes", b.Open.Round(time.Millisecond), queue.Printable(b.OpenBy))
+	}
+	fmt.Fprintf(w, "pause: %s; breaker: %s\n", pause, breaker)
+	fmt.Fprintf(w, "%-28s %8s %-9s %5s %6s %6s %9s %8s %5s %9s\n", "host", "pid", "kind", "share", "demand", "max", "in_flight", "rps", "live", "renewed")
+	for _, m := range s.Members {
+		fmt.Fprintf(w, "%-28s %8d %-9s %5d %6d %6d %9d %8s %5t %8dms\n", queue.Printable(m.Host), m.PID, queue.Printable(string(m.Kind)),
+			m.Share, m.Demand, m.Max, m.InFlight, rpsText(m.RPS), m.Live, m.RenewedAgoMs)
+	}
+	return nil
+}
+
+func newBudgetListCmd(ios *IOStreams, g *globalOptions) *cobra.Command {
+	o := &dbOptions{}
+	cmd := &cobra.Command{
+		Use:   "list",
+		Short: "List the budgets in the database, with their live members",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if _, err := g.logger(ios); err != nil {
+				return err
+			}
+			db, st, err := openBudgets(cmd.Context(), ios, o, false)
+			if err != nil {
+				return err
+			}
+			defer db.Close()
+			bs, err := st.List(cmd.Context())
+			if err != nil {
+				return budgetError(err)
+			}
+			fmt.Fprintf(ios.Out, "%-24s %8s %8s %11s %8s %7s %s\n", "budget", "cap", "rps", "batch_floor", "members", "shares", "created")
+			for _, b := range bs {
+				fmt.Fprintf(ios.Out, "%-24s %8d %8s %11d %8d %7d %s\n", queue.Printable(b.Name), b.Cap, rpsText(b.RPS), b.BatchFloor,
+					b.Members, b.Shares, b.CreatedAt.UTC().Format("2006-01-02T15:04:05Z"))
+			}
+			return nil
+		},
+	}
+	addDBFlags(cmd.Flags(), o, false)
+	return cmd
+}
+
+func newBudgetDropCmd(ios *IOStreams, g *globalOptions) *cobra.Command {
+	o := &dbOptions{}
+	var yes bool
+	cmd := &cobra.Command{
+		Use:   "drop NAME --yes",
+		Short: "Delete a budget (asks for --yes); its members send nothing more",
+		Long: `drop deletes the budget and its members' rows. Members still running find it
+gone at their next renewal, say so, and send no new call once their lease
+ends (a second at most); they resume if it is created again.`,
+		Args: cobra.ArbitraryArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if _, err := g.logger(ios); err != nil {
+				return err
+			}
+			name, err := budgetName(args)
+			if err != nil {
+				return err
+			}
+			if !yes {
+				return usageErrorf("budget drop deletes budget %s: its members stop sending; add --yes to confirm", queue.Printable(name))
+			}
+			db, st, err := openBudgets(cmd.Context(), ios, o, false)
+			if err != nil {
+				return err
+			}
+			defer db.Close()
+			if err := st.Drop(cmd.Context(), name); err != nil {
+				return budgetError(err)
+			}
+			fmt.Fprintf(ios.ErrOut, "budget %s dropped\n", queue.Printable(name))
+			return nil
+		},
+	}
+	addDBFlags(cmd.Flags(), o, false)
+	cmd.Flags().BoolVar(&yes, "yes", false, "confirm the drop")
+	return cmd
+}
+
+// budgetOptions are --budget and --budget-lease, which classify, serve
+// and the worker take (with --db, or $HFSENT_DB).
+type budgetOptions struct {
+	name  string
+	lease time.Duration
+}
+
+func addBudgetFlags(fs *pflag.FlagSet, o *budgetOptions) {
+	fs.StringVar(&o.name, "budget", "", "join the fleet budget NAME (hfsent budget set): this process's calls in flight and calls per second count against its cap and rate, below -c and --rps; needs --db or $"+dbEnv)
+	fs.DurationVar(&o.lease, "budget-lease", time.Second, "with --budget: how long a share holds without a renewal (renewed every quarter of it); past it no new call is sent ("+rangeHelp(minBudgetLease, maxBudgetLease)+")")
+}
+
+func (o *budgetOptions) validate() error {
+	if o.name == "" {
+		return nil
+	}
+	if err := budget.CheckName(o.name); err != nil {
+		return usageError(fmt.Errorf("--budget: %w", err))
+	}
+	return inRange("--budget-lease", o.lease, minBudgetLease, maxBudgetLease, "")
+}
+
+// joinBudget makes the process a member of --budget, if given, as kind:
+// on db, or (db nil) on the database dbo names, which the returned close
+// closes. The member is started by open, with the guard; close(leave)
+// stops it, and with leave (no call in flight any more) hands its share
+// back at once.
+func (o *providerOptions) joinBudget(ctx context.Context, ios *IOStreams, log *slog.Logger, dbo *dbOptions, db *queue.DB, kind budget.Kind) (closeFn func(leave bool), err error) {
+	noop := func(bool) {}
+	if o.budget.name == "" {
+		if dbo != nil && dbo.url != "" {
+			return noop, usageErrorf("--db is for --budget here: name the budget to join, or leave --db out")
+		}
+		return noop, nil
+	}
+	own := db == nil
+	if own {
+		if db, err = dbo.open(ctx, ios, false, true); err != nil {
+			return noop, err
+		}
+	}
+	host, _ := os.Hostname()
+	m, err := budget.Join(ctx, budget.NewStore(db.Pool), budget.MemberConfig{
+		Budget: o.budget.name, Kind: kind, Max: o.concurrency, Timeout: o.timeout,
+		Lease: o.budget.lease, Host: host, PID: os.Getpid(), Logger: log,
+	})
+	if err != nil {
+		if own {
+			db.Close()
+		}
+		return noop, budgetError(fmt.Errorf("--budget: %w", err))
+	}
+	o.member = m
+	return func(leave bool) {
+		m.Close(leave)
+		if own {
+			db.Close()
+		}
+	}, nil
+}
+
+// fleetShare is the member's state for serve's /metrics.
+func fleetShare(m *budget.Member) func() serve.FleetShare {
+	return func() serve.FleetShare {
+		s := m.Snapshot()
+		return serve.FleetShare{Share: s.Share, Demand: s.Demand, InFlight: s.InFlight, RPS: s.RPS, LeaseHeld: s.LeaseHeld,
+			Paused: s.Paused, Open: s.Open, Renewals: s.Renewals, Failures: s.Failures}
+	}
+}
