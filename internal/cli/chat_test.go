@@ -126,6 +126,21 @@ func TestChatAuthStopsAndNeverShowsTheKey(t *testing.T) {
 	}
 }
 
+// A refused key that came from --token-env is looked for there: the advice
+// names the variable, not HF_TOKEN.
+func TestChatAuthAdviceNamesTheTokenEnv(t *testing.T) {
+	f := &fakehf.Chat{Token: "the-right-one"}
+	srv := fakehf.StartChat(f)
+	defer srv.Close()
+	in := writeFile(t, "in.csv", csvOf("a", "b"))
+	out := filepath.Join(t.TempDir(), "out.csv")
+	r := runMain(t, map[string]string{"OPENAI_API_KEY": "a-wrong-one"}, "",
+		append([]string{"classify", in, "-o", out, "-c", "1", "--token-env", "OPENAI_API_KEY"}, chatArgs(srv.URL)...)...)
+	if r.code != 1 || !strings.Contains(r.stderr, "check the token in OPENAI_API_KEY (--token-env)") || strings.Contains(r.stderr, "HF_TOKEN") {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+}
+
 func TestChatQuotaStopsTheRun(t *testing.T) {
 	f := &fakehf.Chat{}
 	srv := fakehf.StartChat(f)

@@ -73,7 +73,7 @@ func (o *engineOptions) config(prov *providerOptions, cmd string) engine.Config 
 		RowDeadline:   prov.rowDeadline,
 		BatchSize:     o.batchSize,
 		Dedupe:        o.dedupe && !o.noDedupe,
-		Advice:        stopAdvice(cmd),
+		Advice:        stopAdvice(cmd, prov.lab.tokenEnv),
 	}
 }
 
@@ -109,8 +109,9 @@ func (o *progressOptions) show(ios *IOStreams) bool {
 // stopAdvice words what to do after the provider stopped the run (the
 // engine says what happened), for cmd: classify finishes the rows with
 // --resume, a worker is started again (the rows not sent are back in the
-// queue), a server goes on answering.
-func stopAdvice(cmd string) func(engine.StopReason) string {
+// queue), a server goes on answering. tokenEnv is --token-env: a refused
+// token is looked for where it came from.
+func stopAdvice(cmd, tokenEnv string) func(engine.StopReason) string {
 	finish := ""
 	switch cmd {
 	case "classify":
@@ -121,6 +122,10 @@ func stopAdvice(cmd string) func(engine.StopReason) string {
 	then := ""
 	if finish != "" {
 		then = ", then " + finish
+	}
+	token := "check HF_TOKEN or the token file, or use --provider local"
+	if tokenEnv != "" {
+		token = "check the token in " + tokenEnv + " (--token-env)" + then
 	}
 	return func(r engine.StopReason) string {
 		switch r {
@@ -138,7 +143,7 @@ func stopAdvice(cmd string) func(engine.StopReason) string {
 		case engine.StopEndpoint:
 			return "check --endpoint (and --model: is it a text-classification model served there?)" + then
 		case engine.StopAuth:
-			return "check HF_TOKEN or the token file, or use --provider local"
+			return token
 		}
 		return ""
 	}
