@@ -239,7 +239,7 @@ func rowsOf(n int) [][3]string {
 func TestBudgetCapsTheFleet(t *testing.T) {
 	db := pgtest.URL(t)
 	mustRun(t, qenv(db), "budget", "set", "b", "--cap", "12")
-	pushBatch(t, db, "capped", rowsOf(100000), "--global-cap", "100")
+	pushBatch(t, db, "capped", rowsOf(20000), "--global-cap", "100")
 	f := startFleet(t, db, "b", "capped", 20*time.Millisecond, 3, 2)
 	var loads []*load
 	for _, s := range f.servers {
@@ -270,7 +270,7 @@ func TestBudgetCapsTheFleet(t *testing.T) {
 	t.Logf("with --budget: the provider saw at most %d calls at once (cap 12)", most)
 
 	// The same fleet without --budget.
-	pushBatch(t, db, "free", rowsOf(100000), "--global-cap", "100")
+	pushBatch(t, db, "free", rowsOf(20000), "--global-cap", "100")
 	g := startFleet(t, db, "", "free", 20*time.Millisecond, 3, 2)
 	loads = nil
 	for _, s := range g.servers {
@@ -295,7 +295,7 @@ func TestBudgetCapsTheFleet(t *testing.T) {
 func TestBudgetInteractiveFirst(t *testing.T) {
 	db := pgtest.URL(t)
 	mustRun(t, qenv(db), "budget", "set", "b", "--cap", "12")
-	pushBatch(t, db, "nightly", rowsOf(100000), "--global-cap", "100")
+	pushBatch(t, db, "nightly", rowsOf(20000), "--global-cap", "100")
 	const latency = 50 * time.Millisecond
 	f := startFleet(t, db, "b", "nightly", latency, 3, 2)
 	sm := sample(f.meter)

@@ -71,10 +71,11 @@ func runMeasured(t *testing.T, env []string, stdin io.Reader, args ...string) me
 	cmd.Env = append([]string{"HOME=" + home, "HF_HOME=" + home, "PATH=" + os.Getenv("PATH")}, env...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr, cmd.Stdin = &stdout, &stderr, stdin
-	// Linux starts the child on this process's memory (vfork) and counts
-	// that memory's peak into the child's ru_maxrss at exec: a figure at or
-	// below this process's own peak may be this process's, not the child's.
-	selfKB := vmHWM(os.Getpid())
+	// Linux starts a child's ru_maxrss at its parent's peak (the child is
+	// a vfork of this process until it execs): past a big parent (this test
+	// binary under -race, after the fleet tests) it says nothing of the
+	// child, whose own peak the polls of VmHWM then give.
+	parentHWM := vmHWM(os.Getpid())
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +100,7 @@ func runMeasured(t *testing.T, env []string, stdin io.Reader, args ...string) me
 	if err != nil && !errors.As(err, &ee) {
 		t.Fatalf("running hfsent: %v", err)
 	}
-	if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok && ru.Maxrss > selfKB {
+	if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok && ru.Maxrss > parentHWM {
 		peakKB = max(peakKB, ru.Maxrss)
 	}
 	return measured{result{cmd.ProcessState.ExitCode(), stdout.String(), stderr.String()}, float64(peakKB) / 1024}

@@ -223,3 +223,44 @@ func TestRulesKeepTheCap(t *testing.T) {
 		}
 	}
 }
+
+// The rate is divided as the shares are, and a member is granted no more
+// than the rate less the others' rate charges.
+func TestGrantRate(t *testing.T) {
+	cs := []Claim{live("a", KindWorker, 12, 12), live("b", KindWorker, 12, 12), live("idle", KindWorker, 12, 0)}
+	ideal := Ideal(12, 1, cs)
+	if got := GrantRate(30, 0, cs, ideal); got != 15 {
+		t.Fatalf("a's rate %g, want 15 (half of 30: the idle member has no share)", got)
+	}
+	cs[1].RPSCharge = 25 // b still applies 25 from before a joined
+	if got := GrantRate(30, 0, cs, ideal); got != 5 {
+		t.Fatalf("a's rate %g, want 5 (30 less b's 25)", got)
+	}
+	if got := GrantRate(30, 2, cs, ideal); got != 0 {
+		t.Fatalf("the idle member's rate %g, want 0", got)
+	}
+	// Renewals in any order keep the rates charged within the budget's.
+	r := rand.New(rand.NewPCG(3, 4))
+	for range 2000 {
+		n := 1 + r.IntN(6)
+		var cs []Claim
+		for i := range n {
+			cs = append(cs, live(fmt.Sprint(i), KindWorker, 1+r.IntN(12), r.IntN(14)))
+		}
+		rps, charged := 1+r.Float64()*50, 0.0
+		for range 20 {
+			i := r.IntN(n)
+			cs[i].Demand = r.IntN(14)
+			g := GrantRate(rps, i, cs, Ideal(12, 1, cs))
+			applied := cs[i].RPSCharge * r.Float64() // what it applies is at most its charge
+			cs[i].RPSCharge = max(g, applied)
+			charged = 0
+			for _, c := range cs {
+				charged += c.RPSCharge
+			}
+			if charged > rps*(1+1e-9) {
+				t.Fatalf("rate charges %g over the budget's %g: %+v", charged, rps, cs)
+			}
+		}
+	}
+}
