@@ -274,7 +274,7 @@ func (m *Member) pause(now time.Time, d time.Duration) {
 	if m.pausedUntil.Load() < now.UnixNano() {
 		m.log.Info("the budget is paused: a member got HTTP 429 with Retry-After; no call until then", "for", d.Round(time.Millisecond))
 	}
-	raise(&m.pausedUntil, until)
+	resilience.RaiseUntil(&m.pausedUntil, until)
 	m.g.PauseUntil(until)
 }
 
@@ -283,7 +283,7 @@ func (m *Member) open(now time.Time, d time.Duration) {
 	if m.openUntil.Load() < now.UnixNano() {
 		m.log.Info("the budget's breaker is open: another member saw the provider fail and probes it", "for", (d + ProbeMargin).Round(time.Millisecond))
 	}
-	raise(&m.openUntil, until)
+	resilience.RaiseUntil(&m.openUntil, until)
 	m.g.OpenUntil(until)
 }
 
@@ -401,16 +401,6 @@ func (m *Member) listenOnce(ctx context.Context) error {
 		}
 		if nt.OpenMs > 0 {
 			m.open(now, time.Duration(nt.OpenMs)*time.Millisecond)
-		}
-	}
-}
-
-func raise(a *atomic.Int64, t time.Time) {
-	n := t.UnixNano()
-	for {
-		cur := a.Load()
-		if cur >= n || a.CompareAndSwap(cur, n) {
-			return
 		}
 	}
 }

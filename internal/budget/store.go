@@ -27,15 +27,13 @@ import (
 //go:embed sql/*.sql
 var sqlFiles embed.FS
 
-// statement is one file of sql/, sent with named parameters.
-type statement struct{ name, sql string }
-
-func load(name string) statement {
+// load reads sql/<name>.sql: a statement sent with named parameters.
+func load(name string) string {
 	b, err := sqlFiles.ReadFile("sql/" + name + ".sql")
 	if err != nil {
 		panic(err) // the embedded files are fixed at build time
 	}
-	return statement{name: name, sql: string(b)}
+	return string(b)
 }
 
 var (
@@ -120,7 +118,7 @@ type Budget struct {
 // has (or take the defaults: no rate, a floor of 1). It reports whether it
 // created it.
 func (s *Store) Set(ctx context.Context, name string, capacity int, rps *float64, floor *int) (created bool, err error) {
-	err = s.pool.QueryRow(ctx, sqlSet.sql, pgx.StrictNamedArgs{"name": name, "cap": capacity, "rps": rps, "floor": floor}).Scan(&created)
+	err = s.pool.QueryRow(ctx, sqlSet, pgx.StrictNamedArgs{"name": name, "cap": capacity, "rps": rps, "floor": floor}).Scan(&created)
 	return created, err
 }
 
@@ -128,7 +126,7 @@ func (s *Store) Set(ctx context.Context, name string, capacity int, rps *float64
 func (s *Store) Get(ctx context.Context, name string) (Budget, error) {
 	var b Budget
 	var paused, open int64
-	err := s.pool.QueryRow(ctx, sqlBudget.sql, pgx.StrictNamedArgs{"name": name}).
+	err := s.pool.QueryRow(ctx, sqlBudget, pgx.StrictNamedArgs{"name": name}).
 		Scan(&b.Name, &b.Cap, &b.RPS, &b.BatchFloor, &paused, &open, &b.OpenBy, &b.CreatedAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return b, fmt.Errorf("%w %s: create it with hfsent budget set %s --cap N", ErrNoBudget, strconv.Quote(name), shellWord(name))
@@ -148,7 +146,7 @@ func shellWord(s string) string {
 
 // List reads every budget.
 func (s *Store) List(ctx context.Context) ([]Budget, error) {
-	rows, err := s.pool.Query(ctx, sqlBudgets.sql, pgx.StrictNamedArgs{})
+	rows, err := s.pool.Query(ctx, sqlBudgets, pgx.StrictNamedArgs{})
 	if err != nil {
 		return nil, err
 	}
@@ -165,7 +163,7 @@ func (s *Store) List(ctx context.Context) ([]Budget, error) {
 // Members still running find it gone at their next renewal and send
 // nothing more.
 func (s *Store) Drop(ctx context.Context, name string) error {
-	tag, err := s.pool.Exec(ctx, sqlDrop.sql, pgx.StrictNamedArgs{"name": name})
+	tag, err := s.pool.Exec(ctx, sqlDrop, pgx.StrictNamedArgs{"name": name})
 	if err == nil && tag.RowsAffected() == 0 {
 		return fmt.Errorf("%w %s", ErrNoBudget, strconv.Quote(name))
 	}
@@ -203,7 +201,7 @@ func (s *Store) Status(ctx context.Context, name string) (Status, error) {
 	if err != nil {
 		return Status{}, err
 	}
-	rows, err := s.pool.Query(ctx, sqlStatusMembers.sql, pgx.StrictNamedArgs{"name": name})
+	rows, err := s.pool.Query(ctx, sqlStatusMembers, pgx.StrictNamedArgs{"name": name})
 	if err != nil {
 		return Status{}, err
 	}
@@ -271,15 +269,15 @@ func (s *Store) Renew(ctx context.Context, budget string, r Report) (Renewal, er
 	claims := []Claim{}
 	b := &pgx.Batch{}
 	b.Queue("begin")
-	b.Queue(sqlLockBudget.sql, pgx.StrictNamedArgs{"budget": budget}).Query(func(rows pgx.Rows) error {
+	b.Queue(sqlLockBudget, pgx.StrictNamedArgs{"budget": budget}).Query(func(rows pgx.Rows) error {
 		_, err := pgx.ForEachRow(rows, []any{&out.Cap, &out.RPS, &floor, &paused, &open, &out.OpenBy}, func() error {
 			found = true
 			return nil
 		})
 		return err
 	})
-	b.Queue(sqlReclaim.sql, pgx.StrictNamedArgs{"budget": budget, "grace_ms": ReclaimGrace.Milliseconds()})
-	b.Queue(sqlMembers.sql, pgx.StrictNamedArgs{"budget": budget, "member": r.Member}).Query(func(rows pgx.Rows) error {
+	b.Queue(sqlReclaim, pgx.StrictNamedArgs{"budget": budget, "grace_ms": ReclaimGrace.Milliseconds()})
+	b.Queue(sqlMembers, pgx.StrictNamedArgs{"budget": budget, "member": r.Member}).Query(func(rows pgx.Rows) error {
 		var c Claim
 		var kind string
 		_, err := pgx.ForEachRow(rows, []any{&c.ID, &kind, &c.Max, &c.Demand, &c.Charge, &c.RPSCharge, &c.Live}, func() error {
@@ -309,7 +307,7 @@ func (s *Store) Renew(ctx context.Context, budget string, r Report) (Renewal, er
 	}
 	out.Paused, out.Open = time.Duration(paused)*time.Millisecond, time.Duration(open)*time.Millisecond
 	b = &pgx.Batch{}
-	b.Queue(sqlRenew.sql, pgx.StrictNamedArgs{"budget": budget, "member": r.Member, "host": r.Host, "pid": r.PID, "kind": string(r.Kind),
+	b.Queue(sqlRenew, pgx.StrictNamedArgs{"budget": budget, "member": r.Member, "host": r.Host, "pid": r.PID, "kind": string(r.Kind),
 		"max_calls": r.Max, "demand": r.Demand, "in_flight": r.InFlight, "share": out.Share, "charge": charge, "rps": out.RPS, "rps_charge": rpsCharge,
 		"timeout_ms": max(1, r.Timeout.Milliseconds()), "lease_ms": r.Lease.Milliseconds()})
 	b.Queue("commit")
@@ -323,7 +321,7 @@ func (s *Store) Renew(ctx context.Context, budget string, r Report) (Renewal, er
 // Leave deletes the member's row: for a member with no call in flight
 // (after its drain), whose charge is then free at once.
 func (s *Store) Leave(ctx context.Context, budget, member string) error {
-	_, err := s.pool.Exec(ctx, sqlLeave.sql, pgx.StrictNamedArgs{"budget": budget, "member": member})
+	_, err := s.pool.Exec(ctx, sqlLeave, pgx.StrictNamedArgs{"budget": budget, "member": member})
 	return err
 }
 
@@ -339,11 +337,11 @@ func (s *Store) Open(ctx context.Context, budget, member string, d time.Duration
 	return s.share(ctx, sqlOpen, pgx.StrictNamedArgs{"budget": budget, "member": member, "ms": d.Milliseconds()}, Notice{Budget: budget, Member: member, OpenMs: d.Milliseconds()})
 }
 
-func (s *Store) share(ctx context.Context, st statement, args pgx.StrictNamedArgs, n Notice) error {
+func (s *Store) share(ctx context.Context, sql string, args pgx.StrictNamedArgs, n Notice) error {
 	b := &pgx.Batch{}
 	b.Queue("begin")
-	b.Queue(st.sql, args)
-	b.Queue(sqlNotify.sql, pgx.StrictNamedArgs{"payload": n.encode()})
+	b.Queue(sql, args)
+	b.Queue(sqlNotify, pgx.StrictNamedArgs{"payload": n.encode()})
 	b.Queue("commit")
 	return s.pool.SendBatch(ctx, b).Close()
 }

@@ -105,18 +105,8 @@ func newWorker(db store, b *Batch, cfg WorkerConfig) *Worker {
 // Tune sets the hooks through which the guarded classifier tells the
 // worker of a 429 pause or an open breaker, to share with the batch.
 func (w *Worker) Tune(c *resilience.Config) {
-	c.OnPause = func(until time.Time) { raise(&w.pauseUntil, until); w.poke() }
-	c.OnOpen = func(until time.Time) { raise(&w.openUntil, until); w.poke() }
-}
-
-func raise(a *atomic.Int64, t time.Time) {
-	n := t.UnixNano()
-	for {
-		cur := a.Load()
-		if cur >= n || a.CompareAndSwap(cur, n) {
-			return
-		}
-	}
+	c.OnPause = func(until time.Time) { resilience.RaiseUntil(&w.pauseUntil, until); w.poke() }
+	c.OnOpen = func(until time.Time) { resilience.RaiseUntil(&w.openUntil, until); w.poke() }
 }
 
 func (w *Worker) poke() {
@@ -226,10 +216,10 @@ func (w *Worker) backpressure() (pause, open time.Duration) {
 
 func (w *Worker) requeueBackpressure(pause, open time.Duration) {
 	if pause > 0 {
-		raise(&w.pauseUntil, time.Now().Add(pause))
+		resilience.RaiseUntil(&w.pauseUntil, time.Now().Add(pause))
 	}
 	if open > 0 {
-		raise(&w.openUntil, time.Now().Add(open))
+		resilience.RaiseUntil(&w.openUntil, time.Now().Add(open))
 	}
 }
 

@@ -76,11 +76,16 @@ func (b *breaker) external() time.Duration {
 	return max(0, time.Duration(until-time.Now().UnixNano()))
 }
 
-func (b *breaker) openUntil(t time.Time) {
-	next := t.UnixNano()
+func (b *breaker) openUntil(t time.Time) { RaiseUntil(&b.extUntil, t) }
+
+// RaiseUntil moves until (unix nanoseconds) to t, unless it is already
+// later: a pause's or an open breaker's end, told by several goroutines
+// (the OnPause and OnOpen hooks, another process's word), only grows.
+func RaiseUntil(until *atomic.Int64, t time.Time) {
+	n := t.UnixNano()
 	for {
-		cur := b.extUntil.Load()
-		if cur >= next || b.extUntil.CompareAndSwap(cur, next) {
+		cur := until.Load()
+		if cur >= n || until.CompareAndSwap(cur, n) {
 			return
 		}
 	}

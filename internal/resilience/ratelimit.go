@@ -2,7 +2,7 @@ package resilience
 
 import (
 	"context"
-	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/time/rate"
@@ -17,13 +17,17 @@ type rateLayer struct {
 
 	// changed is closed and replaced when the limit is set from outside (a
 	// fleet budget's share, setLimit): a call waiting for a turn the old
-	// limit gave (never, at 0) asks again under the new one.
-	mu      sync.Mutex
-	changed chan struct{}
+	// limit gave (never, at 0) asks again under the new one. An atomic
+	// pointer: every call reads it, and a lock would be one more on the way
+	// to the provider.
+	changed atomic.Pointer[chan struct{}]
 }
 
 func newRateLayer(rps float64, burst int) *rateLayer {
-	return &rateLayer{lim: rate.NewLimiter(rate.Limit(rps), burst), changed: make(chan struct{})}
+	r := &rateLayer{lim: rate.NewLimiter(rate.Limit(rps), burst)}
+	ch := make(chan struct{})
+	r.changed.Store(&ch)
+	return r
 }
 
 func (r *rateLayer) wrap(inner attempter) attempter {
@@ -36,16 +40,8 @@ func (r *rateLayer) setLimit(l rate.Limit) {
 		return
 	}
 	r.lim.SetLimit(l)
-	r.mu.Lock()
-	close(r.changed)
-	r.changed = make(chan struct{})
-	r.mu.Unlock()
-}
-
-func (r *rateLayer) changes() <-chan struct{} {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.changed
+	next := make(chan struct{})
+	close(*r.changed.Swap(&next))
 }
 
 type rated struct {
@@ -60,7 +56,7 @@ func (r *rated) attempt(ctx context.Context, row *Row, c provider.Call) (provide
 	// sending stops.
 	row.wait(waitRate)
 	for {
-		changed := r.layer.changes()
+		changed := *r.layer.changed.Load()
 		res := r.layer.lim.Reserve()
 		delay := res.Delay()
 		if delay <= 0 {
