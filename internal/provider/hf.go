@@ -329,9 +329,12 @@ func (h *HF) Classify(ctx context.Context, call Call) (Answer, error) {
 	if len(texts) == 0 {
 		return Answer{}, &Error{Outcome: outcome.InvalidInput, Msg: "no text"}
 	}
-	body, err := payload(h.api, texts)
+	var body []byte
+	var err error
 	if len(h.cfg.Labels) > 0 {
 		body, err = zeroShotPayload(texts, h.cfg.Labels)
+	} else {
+		body, err = payload(h.api, texts)
 	}
 	if err != nil {
 		return Answer{}, &Error{Outcome: outcome.InvalidInput, Msg: "text cannot be encoded", Err: err}
