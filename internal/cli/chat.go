@@ -109,12 +109,12 @@ func envName(s string) bool {
 }
 
 // resolveToken is the token the flags say: from --token-env's variable
-// (which must hold one), else as huggingface_hub finds it.
-func (o *labelOptions) resolveToken(getenv func(string) string) (provider.Token, error) {
-	if o.tokenEnv == "" {
+// tokenEnv (which must hold one), else as huggingface_hub finds it.
+func resolveToken(getenv func(string) string, tokenEnv string) (provider.Token, error) {
+	if tokenEnv == "" {
 		return provider.ResolveToken(getenv)
 	}
-	return provider.TokenFromEnv(getenv, o.tokenEnv)
+	return provider.TokenFromEnv(getenv, tokenEnv)
 }
 
 // fallbackKind reads --fallback-model: "local", "chat:MODEL", "hf:MODEL",

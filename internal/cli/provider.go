@@ -323,7 +323,7 @@ func (o *providerOptions) build(ios *IOStreams, log *slog.Logger, counters *resi
 		g, _, err := openGuard(spec)
 		return g, err
 	}
-	tok, err := o.lab.resolveToken(ios.getenv)
+	tok, err := resolveToken(ios.getenv, o.lab.tokenEnv)
 	if err != nil {
 		return nil, usageError(err)
 	}
