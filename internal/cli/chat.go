@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -75,7 +74,7 @@ func (o *labelOptions) validate(kind provider.Kind, fs *pflag.FlagSet, fallback 
 		b, err := os.ReadFile(o.promptFile)
 		switch {
 		case err != nil:
-			return usageErrorf("--prompt-file: cannot read %s: %s", o.promptFile, pathErr(err))
+			return usageErrorf("--prompt-file: cannot read %s: %s", o.promptFile, unwrapPathError(err))
 		case len(b) > maxPromptSize:
 			return usageErrorf("--prompt-file: %s is larger than %d KiB", o.promptFile, maxPromptSize>>10)
 		case !utf8.Valid(b):
@@ -109,22 +108,13 @@ func envName(s string) bool {
 	return s != ""
 }
 
-// pathErr is an os error without the path it repeats.
-func pathErr(err error) string {
-	var pe *os.PathError
-	if errors.As(err, &pe) {
-		return pe.Err.Error()
-	}
-	return err.Error()
-}
-
 // resolveToken is the token the flags say: from --token-env's variable
-// (which must hold one), else as huggingface_hub finds it.
-func (o *labelOptions) resolveToken(getenv func(string) string) (provider.Token, error) {
-	if o.tokenEnv == "" {
+// tokenEnv (which must hold one), else as huggingface_hub finds it.
+func resolveToken(getenv func(string) string, tokenEnv string) (provider.Token, error) {
+	if tokenEnv == "" {
 		return provider.ResolveToken(getenv)
 	}
-	return provider.TokenFromEnv(getenv, o.tokenEnv)
+	return provider.TokenFromEnv(getenv, tokenEnv)
 }
 
 // fallbackKind reads --fallback-model: "local", "chat:MODEL", "hf:MODEL",

@@ -103,7 +103,7 @@ func runCheck(ctx context.Context, o *checkOptions, ios *IOStreams) error {
 	res := &checkResult{}
 	defer res.print(ios.Out)
 
-	tok, err := (&labelOptions{tokenEnv: o.tokenEnv}).resolveToken(ios.getenv)
+	tok, err := resolveToken(ios.getenv, o.tokenEnv)
 	if !res.token(tok, err, o.endpoint != "", ios.getenv) {
 		return silentExit(ExitCheckFailed)
 	}

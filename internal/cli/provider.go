@@ -323,7 +323,7 @@ func (o *providerOptions) build(ios *IOStreams, log *slog.Logger, counters *resi
 		g, _, err := openGuard(spec)
 		return g, err
 	}
-	tok, err := o.lab.resolveToken(ios.getenv)
+	tok, err := resolveToken(ios.getenv, o.lab.tokenEnv)
 	if err != nil {
 		return nil, usageError(err)
 	}
@@ -348,8 +348,8 @@ func (o *providerOptions) build(ios *IOStreams, log *slog.Logger, counters *resi
 		Logger:         log,
 	}
 	spec.fallbackLabels = o.fallbackLabels()
-	spec.fallbackEndpoint = o.endpoint
-	spec.fallbackEP = o.fallbackEP
+	fbKind, _ := fallbackKind(spec.fallback, kind)
+	spec.fallbackEndpoint = o.fallbackEndpoint(fbKind)
 	spec.policies = resilience.Config{
 		Retries: o.retries,
 		// A Retry-After or a RateLimit reset is honoured up to the row's
@@ -385,17 +385,17 @@ func (o *providerOptions) build(ios *IOStreams, log *slog.Logger, counters *resi
 
 // guardSpec is what a guarded provider is made of: the kind of provider
 // and its client's settings, the policies around it, and the fallback
-// model ("", "local" or a model id asked as fallbackEndpoint says).
+// model ("", "local", or a model id asked at fallbackEndpoint).
 type guardSpec struct {
 	kind     provider.Kind
 	client   provider.Spec
 	policies resilience.Config
 	fallback string
 	// fallbackLabels are the labels a chat (or zero-shot) fallback answers
-	// with; fallbackEndpoint the primary's --endpoint.
+	// with; fallbackEndpoint is where it is asked, as
+	// providerOptions.fallbackEndpoint says ("": the kind's default).
 	fallbackLabels   []string
 	fallbackEndpoint string
-	fallbackEP       string // --fallback-endpoint: overrides the rules
 }
 
 // openGuard is the one place a provider is built, whatever its kind, with
@@ -428,17 +428,7 @@ func (s guardSpec) fallbackClient() (provider.Classifier, error) {
 		return fb, err
 	}
 	kind, model := fallbackKind(s.fallback, s.kind)
-	ep := ""
-	switch {
-	case kind.Name != s.kind.Name:
-	case kind.Chat:
-		ep = s.fallbackEndpoint // the model is in the body: the same server
-	default:
-		ep = fallbackEndpoint(s.client.Endpoint)
-	}
-	if s.fallbackEP != "" {
-		ep = s.fallbackEP
-	}
+	ep := s.fallbackEndpoint
 	if ep == "" && s.client.Token == "" {
 		return nil, usageErrorf("--fallback-model %s is asked on the Hugging Face API, which needs a token; set HF_TOKEN, use --fallback-model local, or an --endpoint with {model}", s.fallback)
 	}

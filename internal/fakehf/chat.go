@@ -181,14 +181,8 @@ func (c *Chat) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !c.charge(w, prompt+completion) {
 		return
 	}
-	if c.Latency > 0 {
-		t := time.NewTimer(c.Latency)
-		select {
-		case <-t.C:
-		case <-r.Context().Done():
-			t.Stop()
-			return
-		}
+	if !sleep(r, c.Latency) {
+		return
 	}
 	switch {
 	case strings.Contains(text, "#429#") && c.first(text):

@@ -6,11 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"math"
 	"net/http"
-	"net/url"
 	"regexp"
 	"strings"
 	"sync"
@@ -19,7 +17,6 @@ import (
 	"unicode"
 
 	"github.com/hfsent/hfsent/internal/outcome"
-	"github.com/hfsent/hfsent/internal/redact"
 )
 
 // DefaultChatEndpoint is Hugging Face Inference Providers' OpenAI-compatible
@@ -277,26 +274,11 @@ func (c *Chat) send(ctx context.Context, call Call, text string, logprobs bool) 
 		return Prediction{}, Limits{}, &Error{Outcome: outcome.UpstreamFailed, Msg: "bad request URL", Err: err}
 	}
 	req.Header = c.base.headers
-	resp, err := c.base.client.Do(req)
+	resp, buf, release, err := c.base.exchange(req)
 	if err != nil {
-		// As HF's: net/http's *url.Error prints the URL, redacted here.
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			ue.URL = redact.URL(ue.URL)
-		}
 		return Prediction{}, Limits{}, c.base.transportError(ctx, actx, err, timeout)
 	}
-	defer resp.Body.Close()
-	buf := bodies.Get().(*bytes.Buffer)
-	buf.Reset()
-	defer func() {
-		if buf.Cap() <= 64<<10 {
-			bodies.Put(buf)
-		}
-	}()
-	if _, err := buf.ReadFrom(io.LimitReader(resp.Body, maxBody+1)); err != nil {
-		return Prediction{}, Limits{}, c.base.transportError(ctx, actx, err, timeout)
-	}
+	defer release()
 	now := time.Now()
 	lim := ParseLimits(resp.Header, now)
 	if resp.StatusCode != http.StatusOK {

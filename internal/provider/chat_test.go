@@ -3,9 +3,12 @@ package provider_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -371,5 +374,24 @@ func TestZeroShotSendsCandidateLabelsAndReadsBothShapes(t *testing.T) {
 	hf, _ := provider.NewHF(provider.HFConfig{Model: "m", Endpoint: srv.URL, Labels: []string{"bug", "billing"}})
 	if _, err := hf.Classify(context.Background(), provider.Call{Texts: []string{"x"}}); provider.OutcomeOf(err) != outcome.UpstreamPayload {
 		t.Fatalf("POSITIVE from a zero-shot model: %v", err)
+	}
+}
+
+// A chat call's connection failure is redacted as HF's (the one exchange
+// both clients send through).
+func TestChatTransportErrorRedactsURL(t *testing.T) {
+	srv := fakehf.StartChat(&fakehf.Chat{})
+	addr := strings.TrimPrefix(srv.URL, "http://")
+	srv.Close()
+	c := newChat(t, "http://user:PWSECRET@"+addr+"/v1/chat/completions?api_key=QSECRET", []string{"positive", "negative"})
+	_, err := classifyChat(t, c, "a")
+	var ue *url.Error
+	if !errors.As(err, &ue) {
+		t.Fatalf("no *url.Error in %v", err)
+	}
+	for _, shown := range []string{err.Error(), fmt.Sprintf("%+v", err), ue.Error()} {
+		if strings.Contains(shown, "SECRET") {
+			t.Fatalf("a credential is shown: %s", shown)
+		}
 	}
 }

@@ -329,9 +329,12 @@ func (h *HF) Classify(ctx context.Context, call Call) (Answer, error) {
 	if len(texts) == 0 {
 		return Answer{}, &Error{Outcome: outcome.InvalidInput, Msg: "no text"}
 	}
-	body, err := payload(h.api, texts)
+	var body []byte
+	var err error
 	if len(h.cfg.Labels) > 0 {
 		body, err = zeroShotPayload(texts, h.cfg.Labels)
+	} else {
+		body, err = payload(h.api, texts)
 	}
 	if err != nil {
 		return Answer{}, &Error{Outcome: outcome.InvalidInput, Msg: "text cannot be encoded", Err: err}
@@ -368,8 +371,12 @@ func (h *HF) Classify(ctx context.Context, call Call) (Answer, error) {
 	return h.do(ctx, actx, req, len(texts), timeout)
 }
 
-func (h *HF) do(ctx, actx context.Context, req *http.Request, n int, timeout time.Duration) (Answer, error) {
-	resp, err := h.client.Do(req)
+// exchange sends req and reads the answer, at most maxBody+1 bytes, into a
+// recycled buffer; release gives the buffer back once it is no longer
+// read. An error is net/http's, for the caller to classify
+// (transportError).
+func (h *HF) exchange(req *http.Request) (resp *http.Response, buf *bytes.Buffer, release func(), err error) {
+	resp, err = h.client.Do(req)
 	if err != nil {
 		// net/http's *url.Error prints the URL (it hides a password, not a
 		// query's api_key); it is kept for errors.As, but redacted.
@@ -377,24 +384,33 @@ func (h *HF) do(ctx, actx context.Context, req *http.Request, n int, timeout tim
 		if errors.As(err, &ue) {
 			ue.URL = redact.URL(ue.URL)
 		}
+		return nil, nil, nil, err
+	}
+	defer resp.Body.Close()
+	buf = bodies.Get().(*bytes.Buffer)
+	buf.Reset()
+	release = func() {
+		if buf.Cap() <= 64<<10 { // a rare huge answer is not kept
+			bodies.Put(buf)
+		}
+	}
+	if _, err := buf.ReadFrom(io.LimitReader(resp.Body, maxBody+1)); err != nil {
+		release()
+		return nil, nil, nil, err
+	}
+	return resp, buf, release, nil
+}
+
+func (h *HF) do(ctx, actx context.Context, req *http.Request, n int, timeout time.Duration) (Answer, error) {
+	resp, buf, release, err := h.exchange(req)
+	if err != nil {
 		if errors.Is(err, errRedirects) {
 			return Answer{}, &Error{Outcome: outcome.UpstreamEndpoint,
 				Msg: fmt.Sprintf("%s redirects more than %d times; set --endpoint to where it ends", h.host, maxRedirects), Err: err}
 		}
 		return Answer{}, h.transportError(ctx, actx, err, timeout)
 	}
-	defer resp.Body.Close()
-	buf := bodies.Get().(*bytes.Buffer)
-	buf.Reset()
-	defer func() {
-		if buf.Cap() <= 64<<10 { // a rare huge answer is not kept
-			bodies.Put(buf)
-		}
-	}()
-	_, err = buf.ReadFrom(io.LimitReader(resp.Body, maxBody+1))
-	if err != nil {
-		return Answer{}, h.transportError(ctx, actx, err, timeout)
-	}
+	defer release()
 	body := buf.Bytes()
 	if resp.StatusCode == http.StatusOK {
 		if len(body) > maxBody {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 )
 
 // zeroShotPayload is a zero-shot request: {"inputs": TEXT or [TEXTS],
@@ -63,16 +64,9 @@ func ParseZeroShot(body []byte, n int, labels []string) ([]Prediction, error) {
 	if len(preds) != n {
 		return nil, fmt.Errorf("answer has %d results for %d inputs", len(preds), n)
 	}
-	for i := range preds {
-		found := false
-		for _, l := range labels {
-			if preds[i].Label == l {
-				found = true
-				break
-			}
-		}
-		if !found {
-			return nil, fmt.Errorf("label %q is not one of --labels", summarise(preds[i].Label))
+	for _, p := range preds {
+		if !slices.Contains(labels, p.Label) {
+			return nil, fmt.Errorf("label %q is not one of --labels", summarise(p.Label))
 		}
 	}
 	return preds, nil

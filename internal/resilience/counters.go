@@ -38,12 +38,18 @@ type Counters struct {
 	cooldowns atomic.Int64 // shared pauses started by a 429 with Retry-After
 }
 
+// reported is what a call's server said with its answer: the tokens it
+// cost and the rate-limit headers; a failed call's are on its error.
+func reported(ans provider.Answer, err error) (provider.Usage, provider.Limits) {
+	if pe, ok := provider.AsError(err); ok {
+		return pe.Usage, pe.Limits
+	}
+	return ans.Usage(), ans.Limits
+}
+
 // countUsage adds what a call cost to the counters and to its row.
 func (c *Counters) countUsage(r *Row, ans provider.Answer, err error) {
-	u := ans.Usage()
-	if pe, ok := provider.AsError(err); ok {
-		u = pe.Usage
-	}
+	u, _ := reported(ans, err)
 	if !u.Known {
 		return
 	}

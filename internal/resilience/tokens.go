@@ -168,10 +168,7 @@ func (t *tokenLayer) attempt(ctx context.Context, row *Row, c provider.Call) (pr
 		return provider.Answer{}, stopOrCtx(ctx, row.Stop)
 	}
 	ans, err := t.inner.attempt(ctx, row, c)
-	usage, limits := ans.Usage(), ans.Limits
-	if pe, ok := provider.AsError(err); ok {
-		usage, limits = pe.Usage, pe.Limits
-	}
+	usage, limits := reported(ans, err)
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	now = time.Now()
