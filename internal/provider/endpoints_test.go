@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -422,5 +423,40 @@ func TestBillTo(t *testing.T) {
 	}
 	if got := f.Headers()[0].Get("X-HF-Bill-To"); got != "acme-research" {
 		t.Fatalf("X-HF-Bill-To %q", got)
+	}
+}
+
+// A 307 that leads back to itself: after 10 calls, each answered with a
+// redirect, the call is the endpoint's fault (upstream_endpoint, naming the fix), for the
+// task API's client and the chat client alike: both meet it in the
+// transport error they share.
+func TestRedirectLoopNamesTheEndpoint(t *testing.T) {
+	var calls atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		http.Redirect(w, r, r.URL.Path, http.StatusTemporaryRedirect)
+	}))
+	defer srv.Close()
+	check := func(t *testing.T, err error) {
+		t.Helper()
+		pe, ok := provider.AsError(err)
+		if !ok || pe.Outcome != outcome.UpstreamEndpoint || !strings.Contains(pe.Summary(), "redirects more than 10 times; set --endpoint to where it ends") {
+			t.Fatalf("got %v, want upstream_endpoint naming the redirects", err)
+		}
+	}
+	t.Run("hf", func(t *testing.T) {
+		_, err := newClient(t, srv.URL+"/models/x", time.Second).Classify(context.Background(), provider.Call{Texts: []string{"a"}})
+		check(t, err)
+	})
+	t.Run("chat", func(t *testing.T) {
+		c, err := provider.NewChat(provider.ChatConfig{Model: "m", Endpoint: srv.URL + "/v1/chat/completions", Labels: []string{"yes", "no"}, Timeout: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = c.Classify(context.Background(), provider.Call{Texts: []string{"a"}})
+		check(t, err)
+	})
+	if n := calls.Load(); n != 20 {
+		t.Fatalf("the server got %d calls, want 10 a client (the call and 9 redirects followed)", n)
 	}
 }

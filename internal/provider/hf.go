@@ -404,10 +404,6 @@ func (h *HF) exchange(req *http.Request) (resp *http.Response, buf *bytes.Buffer
 func (h *HF) do(ctx, actx context.Context, req *http.Request, n int, timeout time.Duration) (Answer, error) {
 	resp, buf, release, err := h.exchange(req)
 	if err != nil {
-		if errors.Is(err, errRedirects) {
-			return Answer{}, &Error{Outcome: outcome.UpstreamEndpoint,
-				Msg: fmt.Sprintf("%s redirects more than %d times; set --endpoint to where it ends", h.host, maxRedirects), Err: err}
-		}
 		return Answer{}, h.transportError(ctx, actx, err, timeout)
 	}
 	defer release()
@@ -445,6 +441,11 @@ func (h *HF) do(ctx, actx context.Context, req *http.Request, n int, timeout tim
 // names the host and the cause, never the URL (which may carry a
 // credential).
 func (h *HF) transportError(ctx, actx context.Context, err error, timeout time.Duration) error {
+	if errors.Is(err, errRedirects) {
+		// The client's own refusal (CheckRedirect), not the network's.
+		return &Error{Outcome: outcome.UpstreamEndpoint,
+			Msg: fmt.Sprintf("%s redirects more than %d times; set --endpoint to where it ends", h.host, maxRedirects), Err: err}
+	}
 	if ctx.Err() != nil {
 		// The row or the run was cancelled: not the provider's fault.
 		return ctx.Err()
