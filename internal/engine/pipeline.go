@@ -203,6 +203,8 @@ func NewPipeline(ctx context.Context, g *resilience.Guard, cfg Config) *Pipeline
 		g.OnDown(func(cause string) {
 			p.fatal(&provider.Error{Outcome: outcome.UpstreamFailed, Down: true, Msg: cause})
 		})
+		// And when an answer stops the run, before its slot is free.
+		g.OnStop(p.fatal)
 	}
 	return p
 }

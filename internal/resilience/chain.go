@@ -298,6 +298,17 @@ func (g *Guard) OnDown(f func(cause string)) {
 	g.run.mu.Unlock()
 }
 
+// OnStop sets f to be called with an answer that stops the run (a token
+// refused, no credit, no such model, the provider unreachable) the moment
+// the call that got it returns, before its slot is given back: a batch
+// stops its admission there, so that no row takes the slot and is sent
+// after the stop. Set it before the first call.
+func (g *Guard) OnStop(f func(*provider.Error)) {
+	g.run.mu.Lock()
+	g.run.onStop = f
+	g.run.mu.Unlock()
+}
+
 // Cooldown is how long new calls must still wait after a 429.
 func (g *Guard) Cooldown() time.Duration {
 	if g.cool == nil {
@@ -561,6 +572,7 @@ func (m *meter) attempt(ctx context.Context, r *Row, c provider.Call) (provider.
 	}
 	if _, ok := provider.AsError(err); ok {
 		r.last = err
+		m.run.stopSeen(err)
 	}
 	return ans, err
 }

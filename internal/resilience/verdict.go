@@ -211,6 +211,21 @@ type runState struct {
 
 	mu     sync.Mutex
 	onDown func(cause string)
+	onStop func(*provider.Error)
+}
+
+// stopSeen tells onStop of an answer that stops the run, if it does.
+func (s *runState) stopSeen(err error) {
+	pe, ok := provider.AsError(err)
+	if !ok || !pe.StopsRun() {
+		return
+	}
+	s.mu.Lock()
+	f := s.onStop
+	s.mu.Unlock()
+	if f != nil {
+		f(pe)
+	}
 }
 
 // markDown records, with the most common cause, that the breaker's probes
