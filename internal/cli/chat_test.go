@@ -150,7 +150,8 @@ func TestChatQuotaStopsTheRun(t *testing.T) {
 	r := runMain(t, map[string]string{"HF_TOKEN": "hf_x"}, "", append([]string{"classify", in, "-o", out, "-c", "1"}, chatArgs(srv.URL)...)...)
 	b, _ := os.ReadFile(out)
 	rows := parseResults(t, string(b))
-	if r.code != 1 || rows[0]["outcome"] != "upstream_quota" || rows[1]["outcome"] != "not_attempted" || !strings.Contains(r.stderr, "quota") {
+	if r.code != 1 || rows[0]["outcome"] != "upstream_quota" || rows[1]["outcome"] != "not_attempted" || !strings.Contains(r.stderr, "quota") ||
+		!strings.Contains(r.stderr, "the provider answered HTTP 429 (quota exceeded)") || strings.Contains(r.stderr, "answered HTTP 402") {
 		t.Fatalf("exit %d\n%s\n%s", r.code, b, r.stderr)
 	}
 }

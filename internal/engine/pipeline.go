@@ -759,7 +759,12 @@ func (p *Pipeline) fatalReason(pe *provider.Error) (StopReason, string) {
 		return StopDown, "the provider has failed every call since the run began, and the circuit breaker's probe calls too (" + pe.Msg +
 			"): it looks down, not busy"
 	case pe.Outcome == outcome.UpstreamQuota:
-		return StopQuota, "the provider answered HTTP 402 Payment Required" + said +
+		answered := "HTTP 402 Payment Required"
+		if pe.Status != 0 && pe.Status != 402 {
+			// An OpenAI-style server says it with a 429 insufficient_quota.
+			answered = fmt.Sprintf("HTTP %d (quota exceeded)", pe.Status)
+		}
+		return StopQuota, "the provider answered " + answered + said +
 			": the account cannot pay for these calls (no credits left, or pay-as-you-go is off for this provider)"
 	case pe.Outcome == outcome.UpstreamNotFound:
 		return StopNotFound, "the provider answered HTTP 404 Not Found" + said + ": it has no such model at this endpoint"
