@@ -258,6 +258,13 @@ func (c *Chat) one(ctx context.Context, call Call, text string) (Prediction, Lim
 	return p, lim, err
 }
 
+// Request implements Requester: the body a live call for text would send
+// now (with logprobs unless the server refused them this run).
+func (c *Chat) Request(text string) (string, []byte, error) {
+	b, err := c.body(text, !c.noLogprobs.Load())
+	return c.URL(), b, err
+}
+
 func (c *Chat) send(ctx context.Context, call Call, text string, logprobs bool) (Prediction, Limits, error) {
 	body, err := c.body(text, logprobs)
 	if err != nil {

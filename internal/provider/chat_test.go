@@ -1,10 +1,12 @@
 package provider_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"net/http"
 	"net/http/httptest"
@@ -392,6 +394,45 @@ func TestChatTransportErrorRedactsURL(t *testing.T) {
 	for _, shown := range []string{err.Error(), fmt.Sprintf("%+v", err), ue.Error()} {
 		if strings.Contains(shown, "SECRET") {
 			t.Fatalf("a credential is shown: %s", shown)
+		}
+	}
+}
+
+// TestRequestIsWhatIsSent: the body Request shows for a text is byte for
+// byte the body a live call posts, for the chat client and the HF client
+// alike (the cache's key and a Batch API line are built from it).
+func TestRequestIsWhatIsSent(t *testing.T) {
+	var got []byte
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got, _ = io.ReadAll(r.Body)
+		if strings.HasSuffix(r.URL.Path, "/chat/completions") {
+			io.WriteString(w, `{"choices":[{"message":{"content":"positive"}}]}`)
+			return
+		}
+		io.WriteString(w, `[{"label":"POSITIVE","score":0.9}]`)
+	}))
+	defer srv.Close()
+	chat, err := provider.NewChat(provider.ChatConfig{Model: "m", Endpoint: srv.URL + "/v1/chat/completions", Labels: []string{"positive", "negative"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hf, err := provider.NewHF(provider.HFConfig{Model: "m", Endpoint: srv.URL + "/models/m"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []interface {
+		provider.Classifier
+		provider.Requester
+	}{chat, hf} {
+		_, want, err := c.Request("great!")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Classify(context.Background(), provider.Call{Texts: []string{"great!"}}); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Errorf("%T: Request shows\n%s\nbut the call sent\n%s", c, want, got)
 		}
 	}
 }

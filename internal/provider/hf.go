@@ -320,6 +320,21 @@ func totalLen(texts []string) int {
 	return n
 }
 
+// body is the request body for texts: zero-shot with --labels, else the
+// API's text-classification payload.
+func (h *HF) body(texts []string) ([]byte, error) {
+	if len(h.cfg.Labels) > 0 {
+		return zeroShotPayload(texts, h.cfg.Labels)
+	}
+	return payload(h.api, texts)
+}
+
+// Request implements Requester: the body a call for text alone would send.
+func (h *HF) Request(text string) (string, []byte, error) {
+	b, err := h.body([]string{text})
+	return h.URL(), b, err
+}
+
 // bodies recycles the buffers answers are read into.
 var bodies = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 
@@ -329,13 +344,7 @@ func (h *HF) Classify(ctx context.Context, call Call) (Answer, error) {
 	if len(texts) == 0 {
 		return Answer{}, &Error{Outcome: outcome.InvalidInput, Msg: "no text"}
 	}
-	var body []byte
-	var err error
-	if len(h.cfg.Labels) > 0 {
-		body, err = zeroShotPayload(texts, h.cfg.Labels)
-	} else {
-		body, err = payload(h.api, texts)
-	}
+	body, err := h.body(texts)
 	if err != nil {
 		return Answer{}, &Error{Outcome: outcome.InvalidInput, Msg: "text cannot be encoded", Err: err}
 	}

@@ -108,3 +108,12 @@ func (c Call) attemptTimeout(d time.Duration) time.Duration {
 type TokenEstimator interface {
 	EstimateTokens(texts []string) int
 }
+
+// Requester is a client that can show, before any call, the exact request
+// it would send now for one text alone: the URL (credentials redacted) and
+// the body, byte for byte what Classify would post. The response cache keys
+// a row by it, and a Batch API submission sends that body, so the two can
+// never drift from the live call.
+type Requester interface {
+	Request(text string) (url string, body []byte, err error)
+}
