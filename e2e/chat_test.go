@@ -141,8 +141,10 @@ func TestChatQueueWorker(t *testing.T) {
 	}
 
 	// An unlabelled row is claimed twice (--max-attempts 2), asked twice
-	// each time: the export adds up the four calls' tokens. A text of the
-	// same length costs the same prompt per call.
+	// each time: the export adds up the four calls' tokens (each answered
+	// "I cannot tell.", 4 tokens). A text of the same length costs the same
+	// prompt for the first call; the second, which quotes the answer back
+	// with the correction, costs more.
 	pushBatch(t, db, "unl", [][3]string{{"u", "#unlabelled#", "c"}, {"p", "abcdefghijkl", "c"}},
 		"--provider", "chat", "--model", "meta-llama/Llama-3.1-8B-Instruct", "--labels", "positive,negative", "--max-attempts", "2")
 	w = startWorker(t, db, append([]string{"--batch", "unl", "--exit-when-done"}, chatFlags(srv.URL)...)...)
@@ -150,7 +152,8 @@ func TestChatQueueWorker(t *testing.T) {
 		t.Fatalf("worker exit %d, want 1\n%s", code, w.stderr.String())
 	}
 	got = exportRows(t, db, "unl")
-	if got[0]["outcome"] != "upstream_unlabelled" || got[0]["attempts"] != "4" || atoi(t, got[0]["prompt_tokens"]) != 4*atoi(t, got[1]["prompt_tokens"]) {
+	if got[0]["outcome"] != "upstream_unlabelled" || got[0]["attempts"] != "4" || atoi(t, got[0]["completion_tokens"]) != int64(4*fakehf.ChatTokens("I cannot tell.")) ||
+		atoi(t, got[0]["prompt_tokens"]) <= 4*atoi(t, got[1]["prompt_tokens"]) {
 		t.Fatalf("export: %v", got)
 	}
 }

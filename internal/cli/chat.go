@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/hfsent/hfsent/internal/outcome"
 	"github.com/hfsent/hfsent/internal/provider"
 )
 
@@ -19,6 +20,7 @@ type labelOptions struct {
 	promptFile string
 	tokenEnv   string
 	tpm        int
+	constrain  string
 
 	// Read by validate: the labels split, the template read.
 	list   []string
@@ -35,7 +37,45 @@ func addLabelFlags(fs *pflag.FlagSet, o *labelOptions) {
 	fs.StringVar(&o.labels, "labels", "", fmt.Sprintf("comma-separated labels the model must choose from (%d to %d, distinct): required with --provider chat; with --provider hf, zero-shot classification (sent as parameters.candidate_labels)", provider.MinLabels, provider.MaxLabels))
 	fs.StringVar(&o.promptFile, "prompt-file", "", "chat: a template sent as the user message instead of the default instruction; {labels} is replaced by the labels, {text} (required) by the row's text")
 	fs.StringVar(&o.tokenEnv, "token-env", "", "read the token from this environment variable instead of HF_TOKEN and the token file (e.g. OPENAI_API_KEY)")
+	addConstrainFlag(fs, &o.constrain)
 	fs.IntVar(&o.tpm, "tpm", 0, "tokens per minute (prompt and completion) sent to a chat provider, paced at tpm/60 a second (0: paced by the server's x-ratelimit headers, else "+rangeHelp(1, maxTPM)+")")
+}
+
+// addConstrainFlag adds --constrain, which classify, serve, worker and
+// check take.
+func addConstrainFlag(fs *pflag.FlagSet, v *string) {
+	fs.StringVar(v, "constrain", "auto", "chat: make the server choose one of --labels (structured outputs): json-schema (OpenAI's response_format json_schema: OpenAI, vLLM, llama.cpp, Ollama), choice (vLLM's structured_outputs), regex (TGI's grammar), off (read the answer as plain text); auto starts with json-schema and moves down, once for the run, each time the server refuses one")
+}
+
+// checkConstrain refuses a --constrain that is no constraint, or one given
+// for a provider that is not chat.
+func checkConstrain(v string, given, chat bool) error {
+	if _, _, err := provider.ParseConstrain(v); err != nil || v == "" {
+		if err == nil {
+			err = fmt.Errorf("want one of %s, got %q", strings.Join(provider.ConstrainNames, ", "), v)
+		}
+		return usageErrorf("--constrain: %v", err)
+	}
+	if given && !chat {
+		return usageErrorf("--constrain is for --provider chat (or a chat:MODEL --fallback-model)")
+	}
+	return nil
+}
+
+// chatAdvice is what to do about an outcome of a chat model, where the
+// table's advice (advice) speaks of text-classification models.
+func chatAdvice(c outcome.Code, advice string) string {
+	switch c {
+	case outcome.UpstreamRequestRejected:
+		return "the chat endpoint refused this request (its reason says why): a text over the model's context, a parameter it does not take (--constrain off sends none of structured outputs)"
+	case outcome.UpstreamPayload:
+		return "the endpoint answered, but not with a chat completion: is --endpoint an OpenAI-compatible /v1/chat/completions?"
+	case outcome.UpstreamNotFound:
+		return "check --model (the id this chat endpoint serves) and --endpoint"
+	case outcome.UpstreamEndpoint:
+		return "the endpoint refuses the call: check --endpoint (an OpenAI-compatible /v1/chat/completions) and --model"
+	}
+	return advice
 }
 
 // chatFallback is the prefix of a --fallback-model asked as a chat model
@@ -86,6 +126,9 @@ func (o *labelOptions) validate(kind provider.Kind, fs *pflag.FlagSet, fallback 
 	}
 	if o.tokenEnv != "" && !envName(o.tokenEnv) {
 		return usageErrorf("--token-env %q is not an environment variable name (letters, digits, _)", o.tokenEnv)
+	}
+	if err := checkConstrain(o.constrain, fs != nil && fs.Changed("constrain"), kind.Chat || strings.HasPrefix(fallback, chatPrefix)); err != nil {
+		return err
 	}
 	if err := inRange("--tpm", o.tpm, 1, maxTPM, "paced by the server's headers"); err != nil {
 		return err

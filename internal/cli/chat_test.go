@@ -3,6 +3,7 @@ package cli
 import (
 	"encoding/json"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -46,6 +47,9 @@ func TestChatFlagsRefusedBeforeAnyCall(t *testing.T) {
 		{[]string{"--tpm", "1000", "--fallback-model", "chat:m"}, "--tpm"},
 		{[]string{"--provider", "tei", "--endpoint", srv.URL + "/predict", "--labels", "a,b"}, "--labels"},
 		{[]string{"--labels", "a,b", "--fallback-model", "chat:m", "--fallback-endpoint", "http://h/x", "--prompt-file", noText}, "{text}"},
+		{chatArgs(srv.URL, "--constrain", "grammar"), "--constrain"},
+		{chatArgs(srv.URL, "--constrain", ""), "--constrain"},
+		{[]string{"--constrain", "off"}, "--constrain"},
 	}
 	for _, tc := range cases {
 		args := append([]string{"classify", in, "-o", filepath.Join(t.TempDir(), "out.csv")}, tc.args...)
@@ -257,6 +261,54 @@ func TestCheckChat(t *testing.T) {
 	}
 	if r := runMain(t, nil, "", "check", "--provider", "chat", "--model", "m", "--endpoint", srv.URL); r.code != 2 || !strings.Contains(r.stderr, "--labels") {
 		t.Fatalf("no labels: exit %d %s", r.code, r.stderr)
+	}
+	if r := runMain(t, nil, "", "check", "--constrain", "off"); r.code != 2 || !strings.Contains(r.stderr, "--constrain is for --provider chat") {
+		t.Fatalf("--constrain for hf: exit %d %s", r.code, r.stderr)
+	}
+}
+
+// check speaks of the chat provider in use: the constraint taken (after
+// the server refused one), the context it read, and a chat model's
+// advice, never a text-classification model's nor classify's ("twice",
+// "the error column": check makes one call and writes no results).
+func TestCheckChatSaysConstraintContextAndChatAdvice(t *testing.T) {
+	f := &fakehf.Chat{Backend: fakehf.BackendTGI, Context: 4096, ContextAPI: fakehf.ContextVLLM, ContextModel: "m"}
+	srv := fakehf.StartChat(f)
+	defer srv.Close()
+	args := []string{"check", "--provider", "chat", "--model", "m", "--labels", "positive,negative", "--endpoint", srv.URL + "/v1/chat/completions"}
+	r := runMain(t, nil, "", args...)
+	for _, want := range []string{"constrain: regex: response_format {\"type\": \"regex\"} (TGI's grammar)", "context:  4096 tokens (vLLM's /v1/models (max_model_len))",
+		"status:   200 OK", "result:   ok"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("check output lacks %q:\n%s", want, r.stdout)
+		}
+	}
+	if r.code != 0 || !strings.Contains(r.stderr, "refused --constrain json-schema") {
+		t.Fatalf("exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	r = runMain(t, nil, "", append(args, "--text", "#unlabelled#", "--constrain", "off")...)
+	if r.code != 1 || !strings.Contains(r.stdout, "outcome:  upstream_unlabelled") || strings.Contains(r.stdout, "twice") ||
+		strings.Contains(r.stdout, "error column") || !strings.Contains(r.stdout, "context:  4096") {
+		t.Fatalf("exit %d\n%s", r.code, r.stdout)
+	}
+	r = runMain(t, nil, "", append(args, "--text", "#context#")...)
+	if r.code != 1 || strings.Contains(r.stdout, "text-classification") || !strings.Contains(r.stdout, "chat endpoint") {
+		t.Fatalf("exit %d\n%s", r.code, r.stdout)
+	}
+}
+
+// The stop of a chat run speaks of a chat endpoint, not of a
+// text-classification model.
+func TestChatEndpointStopSpeaksOfTheChatEndpoint(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusMethodNotAllowed)
+	}))
+	defer srv.Close()
+	in := writeFile(t, "in.csv", "request_id,text\n1,fine\n2,fine too\n")
+	r := runMain(t, map[string]string{"HF_TOKEN": "hf_x"}, "", append([]string{"classify", in, "-o", filepath.Join(t.TempDir(), "o.csv"), "-c", "1"}, chatArgs(srv.URL)...)...)
+	if r.code != 1 || !strings.Contains(r.stderr, "stopped sending") || strings.Contains(r.stderr, "text-classification") ||
+		!strings.Contains(r.stderr, "/v1/chat/completions") {
+		t.Fatalf("exit %d\n%s", r.code, r.stderr)
 	}
 }
 

@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -31,11 +33,12 @@ type checkOptions struct {
 	billTo         string
 	labels         string
 	tokenEnv       string
+	constrain      string
 	labelList      []string
 	flags          *pflag.FlagSet
 }
 
-func newCheckCmd(ios *IOStreams) *cobra.Command {
+func newCheckCmd(ios *IOStreams, g *globalOptions) *cobra.Command {
 	o := &checkOptions{}
 	cmd := &cobra.Command{
 		Use:   "check",
@@ -65,7 +68,11 @@ that is not a classification, ...); 2 for bad flags.`,
   hfsent check --endpoint http://127.0.0.1:8080/predict`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runCheck(cmd.Context(), o, ios)
+			log, err := g.logger(ios)
+			if err != nil {
+				return err
+			}
+			return runCheck(cmd.Context(), o, ios, log)
 		},
 	}
 	fs := cmd.Flags()
@@ -73,6 +80,7 @@ that is not a classification, ...); 2 for bad flags.`,
 	fs.StringVar(&o.provider, "provider", "hf", "hf: the Hugging Face API and servers that read its requests; chat: an OpenAI-compatible Chat Completions endpoint (needs --model and --labels); tei: a text-embeddings-inference server's /predict (an --endpoint ending in /predict is read as tei)")
 	fs.StringVar(&o.labels, "labels", "", "comma-separated labels: required with --provider chat; with hf, zero-shot classification")
 	fs.StringVar(&o.tokenEnv, "token-env", "", "read the token from this environment variable instead of HF_TOKEN and the token file")
+	addConstrainFlag(fs, &o.constrain)
 	fs.StringVar(&o.model, "model", provider.DefaultModel, "model id")
 	fs.StringVar(&o.endpoint, "endpoint", "", "full http(s) URL to POST to; {model} is replaced\n(default "+provider.DefaultEndpoint+")")
 	fs.StringVar(&o.text, "text", provider.SampleText, "the sample text sent")
@@ -95,7 +103,7 @@ func (r *checkResult) print(w io.Writer) {
 	}
 }
 
-func runCheck(ctx context.Context, o *checkOptions, ios *IOStreams) error {
+func runCheck(ctx context.Context, o *checkOptions, ios *IOStreams, log *slog.Logger) error {
 	kind, err := o.validate()
 	if err != nil {
 		return err
@@ -109,11 +117,16 @@ func runCheck(ctx context.Context, o *checkOptions, ios *IOStreams) error {
 	}
 	capture := &captureTransport{rt: provider.NewHTTPClient(1, o.connectTimeout).Transport}
 	warm := &warmUp{errOut: ios.ErrOut, timeout: o.timeout}
-	guard, info, err := o.guard(kind, tok.Value, capture, warm)
+	guard, info, err := o.guard(kind, tok.Value, capture, warm, log)
 	if err != nil {
 		return err
 	}
 	res.add("endpoint", info.URL) // redacted
+	if u, err := url.Parse(info.URL); err == nil {
+		// Only the sample's answer is reported, not what a chat client
+		// asks the server about its context.
+		capture.path = u.Path
+	}
 	if info.API == provider.APITEI {
 		res.add("api", "tei (text-embeddings-inference's /predict: batches sent as [[text], ...])")
 	}
@@ -139,6 +152,9 @@ func runCheck(ctx context.Context, o *checkOptions, ios *IOStreams) error {
 		res.add("status", "no HTTP answer")
 	}
 	res.add("latency", latency.String())
+	if chat, ok := guard.Client().(*provider.Chat); ok {
+		res.chat(chat)
+	}
 	if !res.answer(o, ans, err, warm.done(), status, body) {
 		return silentExit(ExitCheckFailed)
 	}
@@ -179,6 +195,9 @@ func (o *checkOptions) validate() (provider.Kind, error) {
 	if o.tokenEnv != "" && !envName(o.tokenEnv) {
 		return kind, usageErrorf("--token-env %q is not an environment variable name (letters, digits, _)", o.tokenEnv)
 	}
+	if err := checkConstrain(o.constrain, o.flags != nil && o.flags.Changed("constrain"), kind.Chat); err != nil {
+		return kind, err
+	}
 	return kind, checkEndpoint(o.endpoint, o.model)
 }
 
@@ -209,7 +228,7 @@ func (r *checkResult) token(tok provider.Token, err error, endpoint bool, getenv
 // provider warms up (a loading model, a replica starting), up to --timeout;
 // any other answer is what check reports. capture keeps the last answer,
 // warm follows the waits.
-func (o *checkOptions) guard(kind provider.Kind, token string, capture *captureTransport, warm *warmUp) (*resilience.Guard, provider.Info, error) {
+func (o *checkOptions) guard(kind provider.Kind, token string, capture *captureTransport, warm *warmUp, log *slog.Logger) (*resilience.Guard, provider.Info, error) {
 	return openGuard(guardSpec{
 		kind: kind,
 		client: provider.Spec{
@@ -223,6 +242,8 @@ func (o *checkOptions) guard(kind provider.Kind, token string, capture *captureT
 			Client:         &http.Client{Transport: capture},
 			BillTo:         o.billTo,
 			Labels:         o.labelList,
+			Constrain:      o.constrain,
+			Logger:         log, // what a chat client learns of its server (a refused constraint)
 		},
 		policies: resilience.Config{
 			Concurrency:   1,
@@ -275,15 +296,18 @@ func (r *checkResult) answer(o *checkOptions, ans provider.Answer, err error, lo
 		}
 	}
 	if err != nil {
-		oc, msg := describeFailure(err)
+		oc, msg := describeFailure(err, o.provider == "chat")
 		r.add("outcome", string(oc))
 		r.add("result", "FAIL: "+msg)
 		return false
 	}
 	p := ans.Predictions[0]
-	if math.IsNaN(p.Score) {
+	switch {
+	case math.IsNaN(p.Score) && o.provider == "chat" && o.constrain != "off":
+		r.add("label", p.Label+" (no score: the server gave no logprobs, or not every label among the alternatives at the label's token)")
+	case math.IsNaN(p.Score):
 		r.add("label", p.Label+" (no score: the server gave no logprobs)")
-	} else {
+	default:
 		r.add("label", fmt.Sprintf("%s (score %.4f)", p.Label, p.Score))
 	}
 	if u := p.Usage; u.Known {
@@ -291,6 +315,21 @@ func (r *checkResult) answer(o *checkOptions, ans provider.Answer, err error, lo
 	}
 	r.add("result", "ok: a batch would work")
 	return true
+}
+
+// chat says what the call learned of a chat server: the constraint it
+// took (after any refusal) and the context it gives the model.
+func (r *checkResult) chat(c *provider.Chat) {
+	k := c.Constraint()
+	r.add("constrain", k.String()+": "+k.Field())
+	switch sc := c.Context(); {
+	case sc.Tokens > 0:
+		r.add("context", fmt.Sprintf("%d tokens (%s)", sc.Tokens, sc.Source))
+	case sc.Source != "":
+		r.add("context", "unknown: "+sc.Source+"; a prompt cut to fit is told by its usage alone")
+	default:
+		r.add("context", "unknown: the server did not answer, so it was not asked")
+	}
 }
 
 // shapeLine names the shape of a 200's body.
@@ -348,8 +387,9 @@ func (w *warmUp) done() loadWait {
 	return w.load
 }
 
-// describeFailure turns a failed sample into its outcome code and advice.
-func describeFailure(err error) (outcome.Code, string) {
+// describeFailure turns a failed sample into its outcome code and advice,
+// for a chat model when chat is set.
+func describeFailure(err error, chat bool) (outcome.Code, string) {
 	pe, ok := provider.AsError(err)
 	if !ok {
 		switch {
@@ -361,7 +401,11 @@ func describeFailure(err error) (outcome.Code, string) {
 		return outcome.UpstreamFailed, "call failed"
 	}
 	msg := pe.Msg
-	if advice := pe.Outcome.Advice(); advice != "" {
+	advice := pe.Outcome.Advice()
+	if chat {
+		advice = chatAdvice(pe.Outcome, advice)
+	}
+	if advice != "" {
 		msg += ": " + advice
 	}
 	return pe.Outcome, msg
@@ -372,6 +416,7 @@ func describeFailure(err error) (outcome.Code, string) {
 // body is only inspected, never printed.
 type captureTransport struct {
 	rt     http.RoundTripper
+	path   string // when set, only answers to this path are kept
 	mu     sync.Mutex
 	status int
 	body   []byte
@@ -381,6 +426,9 @@ func (c *captureTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 	resp, err := c.rt.RoundTrip(req)
 	if err != nil {
 		return nil, err
+	}
+	if c.path != "" && req.URL.Path != c.path {
+		return resp, nil
 	}
 	body, rerr := io.ReadAll(io.LimitReader(resp.Body, 4<<20+1))
 	resp.Body.Close()

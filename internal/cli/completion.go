@@ -1,6 +1,10 @@
 package cli
 
-import "github.com/spf13/cobra"
+import (
+	"github.com/spf13/cobra"
+
+	"github.com/hfsent/hfsent/internal/provider"
+)
 
 // registerCompletions adds value completion for flags with a fixed set of
 // values; cobra's own `completion` command does the rest.
@@ -22,6 +26,9 @@ func registerCompletions(root *cobra.Command) {
 		}
 		if c.Flags().Lookup("provider") != nil {
 			_ = c.RegisterFlagCompletionFunc("provider", fixed("hf", "local"))
+		}
+		if c.Flags().Lookup("constrain") != nil {
+			_ = c.RegisterFlagCompletionFunc("constrain", fixed(provider.ConstrainNames...))
 		}
 		switch c.Name() {
 		case "report":

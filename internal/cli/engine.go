@@ -73,7 +73,7 @@ func (o *engineOptions) config(prov *providerOptions, cmd string) engine.Config 
 		RowDeadline:   prov.rowDeadline,
 		BatchSize:     o.batchSize,
 		Dedupe:        o.dedupe && !o.noDedupe,
-		Advice:        stopAdvice(cmd, prov.lab.tokenEnv),
+		Advice:        stopAdvice(cmd, prov.lab.tokenEnv, prov.provider == "chat"),
 	}
 }
 
@@ -110,8 +110,9 @@ func (o *progressOptions) show(ios *IOStreams) bool {
 // engine says what happened), for cmd: classify finishes the rows with
 // --resume, a worker is started again (the rows not sent are back in the
 // queue), a server goes on answering. tokenEnv is --token-env: a refused
-// token is looked for where it came from.
-func stopAdvice(cmd, tokenEnv string) func(engine.StopReason) string {
+// token is looked for where it came from; chat: the provider is a chat
+// model, whose endpoint and model are spoken of as such.
+func stopAdvice(cmd, tokenEnv string, chat bool) func(engine.StopReason) string {
 	finish := ""
 	switch cmd {
 	case "classify":
@@ -139,8 +140,14 @@ func stopAdvice(cmd, tokenEnv string) func(engine.StopReason) string {
 		case engine.StopQuota:
 			return "top up or turn pay-as-you-go on, or bill an organisation with --bill-to ORG" + then
 		case engine.StopNotFound:
+			if chat {
+				return "check --model (the id the chat endpoint serves) and --endpoint" + then
+			}
 			return "check --model and --endpoint" + then
 		case engine.StopEndpoint:
+			if chat {
+				return "check --endpoint (an OpenAI-compatible /v1/chat/completions) and --model; a server that refuses structured outputs takes --constrain off" + then
+			}
 			return "check --endpoint (and --model: is it a text-classification model served there?)" + then
 		case engine.StopAuth:
 			return token

@@ -130,7 +130,7 @@ func checkBillTo(v string) error {
 // and the policies around it read: --provider local ignores them.
 var remoteFlags = []string{"model", "endpoint", "adaptive", "rps", "burst", "timeout", "connect-timeout", "retries",
 	"breaker-threshold", "breaker-window", "breaker-min-calls", "breaker-cooldown", "fallback-model", "fallback-endpoint", "bill-to",
-	"labels", "prompt-file", "token-env", "tpm"}
+	"labels", "prompt-file", "token-env", "tpm", "constrain"}
 
 // ignoredFlags lists the flags given on the command line that this run
 // ignores.
@@ -345,6 +345,7 @@ func (o *providerOptions) build(ios *IOStreams, log *slog.Logger, counters *resi
 		BillTo:         o.billTo,
 		Labels:         o.lab.list,
 		Prompt:         o.lab.prompt,
+		Constrain:      o.lab.constrain,
 		Logger:         log,
 	}
 	spec.fallbackLabels = o.fallbackLabels()

@@ -35,7 +35,9 @@ import (
 //	#500#          500
 //
 // Otherwise the answer is Label(text) in title case ("Positive.", with a
-// full stop, as chat models write it), or what Answer says.
+// full stop, as chat models write it), or what Answer says; under a
+// constraint the Backend holds to, the allowed label nearest Label(text),
+// as {"label": ...} or bare (chatshape.go).
 type Chat struct {
 	// Latency is how long every call takes.
 	Latency time.Duration
@@ -57,6 +59,21 @@ type Chat struct {
 	HeadersOn429Only bool
 	// NoRecord keeps nothing per call (benchmarks).
 	NoRecord bool
+	// Backend is the server whose structured outputs it takes (BackendOpenAI,
+	// BackendVLLM, BackendTGI, BackendIgnore).
+	Backend string
+	// Context, with ContextAPI, is the context it says it gives the model
+	// (ContextModel, "m" by default); with Truncate it also cuts a longer
+	// prompt to it silently, as Ollama does, counting Context prompt tokens.
+	Context      int
+	ContextAPI   string
+	ContextModel string
+	Truncate     bool
+	// BusyFirst answers the first that many calls 503 "server busy" as
+	// Ollama does when OLLAMA_MAX_QUEUE calls wait.
+	BusyFirst int64
+	// Raw, when set, is the body of every 200 (a hostile server's).
+	Raw func(req ChatRequest) string
 
 	calls, rejected atomic.Int64
 	tokens          atomic.Int64 // tokens charged to accepted calls
@@ -129,13 +146,17 @@ type ChatRequest struct {
 	MaxTokens   int      `json:"max_tokens"`
 	Logprobs    bool     `json:"logprobs"`
 	TopLogprobs int      `json:"top_logprobs"`
+	// The structured-output fields (chatshape.go).
+	ResponseFormat    json.RawMessage `json:"response_format"`
+	StructuredOutputs json.RawMessage `json:"structured_outputs"`
 }
 
-// UserText is the last user message.
+// UserText is the first user message: the text (a second one is a
+// client's correction after an answer that named no label).
 func (r ChatRequest) UserText() string {
-	for i := len(r.Messages) - 1; i >= 0; i-- {
-		if r.Messages[i].Role == "user" {
-			return r.Messages[i].Content
+	for _, m := range r.Messages {
+		if m.Role == "user" {
+			return m.Content
 		}
 	}
 	return ""
@@ -146,7 +167,11 @@ func (r ChatRequest) UserText() string {
 func ChatTokens(s string) int { return max(1, (len(s)+3)/4) }
 
 func (c *Chat) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	c.calls.Add(1)
+	if isContextPath(r.URL.Path) {
+		c.serveContext(w, r) // not a call: not counted
+		return
+	}
+	n := c.calls.Add(1)
 	body, _ := io.ReadAll(io.LimitReader(r.Body, 8<<20))
 	if !c.NoRecord {
 		c.mu.Lock()
@@ -171,12 +196,33 @@ func (c *Chat) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case strings.Contains(text, "#403#"):
 		oaiError(w, 403, "permission_denied", "", "This key ("+auth+") may not call this model.")
 		return
+	case n <= c.BusyFirst:
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = w.Write([]byte(ollamaBusy))
+		return
+	}
+	k, status, refusal, ctype := c.constrained(req)
+	if status != 0 {
+		w.Header().Set("Content-Type", ctype)
+		w.WriteHeader(status)
+		_, _ = w.Write([]byte(refusal))
+		return
 	}
 	prompt := 0
 	for _, m := range req.Messages {
 		prompt += ChatTokens(m.Content) + 4
 	}
+	if c.Truncate && c.Context > 0 {
+		prompt = min(prompt, c.Context)
+	}
+	plain := k.kind == "" || c.Answer != nil || strings.Contains(text, "#unlabelled#") || strings.Contains(text, "#several#")
 	content := c.content(text)
+	var ch map[string]any
+	if !plain {
+		content, ch = c.constrainedChoice(k, req, text)
+	} else {
+		ch = c.choice(content, req, text)
+	}
 	completion := ChatTokens(content)
 	if !c.charge(w, prompt+completion) {
 		return
@@ -203,9 +249,13 @@ func (c *Chat) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		oaiError(w, 400, "invalid_request_error", "", "logprobs is not supported for this model")
 		return
 	}
+	if c.Raw != nil {
+		_, _ = w.Write([]byte(c.Raw(req)))
+		return
+	}
 	out := map[string]any{
 		"id": "chatcmpl-fake", "object": "chat.completion", "model": req.Model,
-		"choices": []any{c.choice(content, req, text)},
+		"choices": []any{ch},
 	}
 	if !strings.Contains(text, "#nousage#") {
 		out["usage"] = map[string]int{"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}

@@ -25,6 +25,7 @@ const (
 	UpstreamEndpoint        Code = "upstream_endpoint"
 	UpstreamPayload         Code = "upstream_payload"
 	UpstreamUnlabelled      Code = "upstream_unlabelled"
+	UpstreamTruncated       Code = "upstream_truncated"
 	CircuitOpen             Code = "circuit_open"
 	NotAttempted            Code = "not_attempted"
 )

@@ -32,8 +32,8 @@ const (
 	// (connection errors, 5xx, the CDN's 520-524, TEI's 424), not otherwise.
 	RetryTransient
 	// RetryOnce: the call is sent once more, no more (a chat model whose
-	// answer named no label: at temperature 0 a third answer would be the
-	// second's).
+	// answer named no label: the second call tells it so and asks again;
+	// a third would answer as the second did).
 	RetryOnce
 )
 
@@ -46,7 +46,9 @@ const unknownColour = "#444444"
 //
 // upstream_quota, upstream_not_found and upstream_endpoint are not final:
 // they say the account, the model or the endpoint could not serve, which
-// topping up credits or fixing --model or --endpoint mends.
+// topping up credits or fixing --model or --endpoint mends; nor is
+// upstream_truncated, which a larger context mends. Its call is not sent
+// again: the same prompt would be cut the same way.
 var table = [...]Info{
 	{Code: Success, Status: 200, Final: true, Colour: "#2e9e44"},
 	{Code: Fallback, Status: 200, Final: true, Colour: "#17a2b8"},
@@ -73,7 +75,9 @@ var table = [...]Info{
 	{Code: UpstreamPayload, Status: 502, Colour: "#e377c2",
 		Advice: "the endpoint answered, but not with a text classification"},
 	{Code: UpstreamUnlabelled, Status: 502, Retry: RetryOnce, Colour: "#bcbd22",
-		Advice: "the chat model answered, twice, with no label or several: its answer is in the error column; say it better with --prompt-file, or pick another --model"},
+		Advice: "the chat model answered with no label of --labels, or several: say it better with --prompt-file, keep --constrain on (the server then has to choose one), or pick another --model"},
+	{Code: UpstreamTruncated, Status: 502, Colour: "#9467bd",
+		Advice: "the server cut the prompt to fit its context and answered what was left: raise the model's context (Ollama: num_ctx, or OLLAMA_CONTEXT_LENGTH), or lower --max-chars"},
 	{Code: CircuitOpen, Status: 503, Colour: "#1f5fbf",
 		Advice: "the provider is failing: wait for the breaker to close, or answer meanwhile with --fallback-model"},
 	{Code: NotAttempted, Status: 503, Colour: "#c7c7c7",

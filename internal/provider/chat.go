@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"net/http"
 	"regexp"
 	"strings"
@@ -47,7 +46,15 @@ type ChatConfig struct {
 	Labels []string
 	// Prompt, when set, is a template with {labels} and {text} sent as the
 	// one user message instead of the default instruction and the text.
-	Prompt         string
+	Prompt string
+	// Constrain is --constrain: how the server is made to choose a label
+	// (ParseConstrain; "" is auto).
+	Constrain string
+	// ReadContext asks the server, after its first answer, what context it
+	// gives the model (Ollama's and vLLM's APIs), so that a prompt it cut
+	// to fit is told apart from a whole one. Not for the router, which
+	// has no such API.
+	ReadContext    bool
 	Concurrency    int
 	Timeout        time.Duration
 	ConnectTimeout time.Duration
@@ -67,13 +74,27 @@ type Chat struct {
 	base   *HF // the transport, the headers and the status table it shares
 	labels []string
 	norm   []string // labels normalised, as answers are compared
-	// maxTokens is enough for the longest label; topLogprobs asks for
-	// every label among the first token's alternatives, up to OpenAI's 20.
+	quoted []string // labels as JSON writes them inside a string
+	// maxTokens is the completion's cap under the constraint the run
+	// starts with (the largest it will send), as the token estimate counts
+	// it; topLogprobs asks for every label among the first token's
+	// alternatives, up to OpenAI's 20.
 	maxTokens, topLogprobs int
+	longestRunes           int // the longest label, in characters
+	longestBytes           int // and in bytes
 	labelsText             string
 	// noLogprobs is set, once per run, when the server refused logprobs.
 	noLogprobs atomic.Bool
 	warnOnce   sync.Once
+	// constraint is the Constraint calls are sent with; auto lets a
+	// refusal move it down (stepDown). fields are each one's request field.
+	constraint  atomic.Int32
+	auto        bool
+	fields      constraintFields
+	ignoredOnce sync.Once // the warning that the server ignores it
+	// The server's context, read once after the first answer.
+	ctxOnce   sync.Once
+	serverCtx atomic.Pointer[ServerContext]
 }
 
 // NewChat returns a client for cfg.
@@ -94,15 +115,21 @@ func NewChat(cfg ChatConfig) (*Chat, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Chat{cfg: cfg, base: base, labels: append([]string(nil), cfg.Labels...)}
-	longest := 0
+	start, auto, err := ParseConstrain(cfg.Constrain)
+	if err != nil {
+		return nil, fmt.Errorf("--constrain: %w", err)
+	}
+	c := &Chat{cfg: cfg, base: base, labels: append([]string(nil), cfg.Labels...), auto: auto}
 	for _, l := range c.labels {
 		c.norm = append(c.norm, normalise(l))
-		longest = max(longest, len([]rune(l)))
+		q, _ := json.Marshal(l)
+		c.quoted = append(c.quoted, string(q[1:len(q)-1]))
+		c.longestRunes = max(c.longestRunes, len([]rune(l)))
+		c.longestBytes = max(c.longestBytes, len(l))
 	}
-	// A token is at least one character for the words labels are made of:
-	// the longest label's characters, and a few for a quote or a full stop.
-	c.maxTokens = min(longest+4, 256)
+	c.constraint.Store(int32(start))
+	c.fields = newConstraintFields(c.labels)
+	c.maxTokens = maxTokensFor(start, c.longestRunes, c.longestBytes)
 	c.topLogprobs = min(max(len(c.labels), 5), MaxTopLogprobs)
 	c.labelsText = strings.Join(c.labels, ", ")
 	return c, nil
@@ -177,48 +204,54 @@ type chatRequest struct {
 	Logprobs    bool          `json:"logprobs,omitempty"`
 	TopLogprobs int           `json:"top_logprobs,omitempty"`
 	Stream      bool          `json:"stream"`
+	// The constraint's field, when there is one (constraintFields).
+	ResponseFormat    json.RawMessage `json:"response_format,omitempty"`
+	StructuredOutputs json.RawMessage `json:"structured_outputs,omitempty"`
 }
 
-type chatLogprob struct {
-	Token       string  `json:"token"`
-	Logprob     float64 `json:"logprob"`
-	TopLogprobs []struct {
-		Token   string  `json:"token"`
-		Logprob float64 `json:"logprob"`
-	} `json:"top_logprobs"`
+// sendOpts is what a call is sent with: logprobs or not, the constraint,
+// and, for a row's second call, what its first answered (naming no label).
+type sendOpts struct {
+	logprobs   bool
+	constraint Constraint
+	unlabelled *string
 }
 
-type chatResponse struct {
-	Choices []struct {
-		Message *struct {
-			Content *string `json:"content"`
-		} `json:"message"`
-		Logprobs *struct {
-			Content []chatLogprob `json:"content"`
-		} `json:"logprobs"`
-	} `json:"choices"`
-	Usage *struct {
-		PromptTokens     *int `json:"prompt_tokens"`
-		CompletionTokens *int `json:"completion_tokens"`
-	} `json:"usage"`
+// opts is what a call for call is sent with now.
+func (c *Chat) opts(call Call) sendOpts {
+	return sendOpts{logprobs: !c.noLogprobs.Load(), constraint: c.Constraint(), unlabelled: call.Unlabelled}
 }
 
-func (c *Chat) body(text string, logprobs bool) ([]byte, error) {
-	req := chatRequest{Model: c.cfg.Model, MaxTokens: c.maxTokens}
+// messages are the prompt for text: the instruction and the text.
+func (c *Chat) messages(text string) []chatMessage {
 	if c.cfg.Prompt != "" {
 		// One pass: a text holding "{labels}" is not expanded.
 		r := strings.NewReplacer("{labels}", c.labelsText, "{text}", text)
-		req.Messages = []chatMessage{{Role: "user", Content: r.Replace(c.cfg.Prompt)}}
-	} else {
-		req.Messages = []chatMessage{
-			{Role: "system", Content: strings.ReplaceAll(defaultInstruction, "{labels}", c.labelsText)},
-			{Role: "user", Content: text},
-		}
+		return []chatMessage{{Role: "user", Content: r.Replace(c.cfg.Prompt)}}
 	}
-	if logprobs {
+	return []chatMessage{
+		{Role: "system", Content: strings.ReplaceAll(defaultInstruction, "{labels}", c.labelsText)},
+		{Role: "user", Content: text},
+	}
+}
+
+// correction is the turn a row's second call adds after its first answer,
+// which named no label: the same instruction again, said of that answer.
+const correction = "That answer names none of the labels. Answer again with exactly one of these labels, written as given, and nothing else: "
+
+func (c *Chat) request(text string, o sendOpts) chatRequest {
+	req := chatRequest{Model: c.cfg.Model, Messages: c.messages(text),
+		MaxTokens: maxTokensFor(o.constraint, c.longestRunes, c.longestBytes)}
+	if o.unlabelled != nil {
+		req.Messages = append(req.Messages,
+			chatMessage{Role: "assistant", Content: *o.unlabelled},
+			chatMessage{Role: "user", Content: correction + c.labelsText})
+	}
+	if o.logprobs {
 		req.Logprobs, req.TopLogprobs = true, c.topLogprobs
 	}
-	return json.Marshal(req)
+	c.fields.apply(&req, o.constraint)
+	return req
 }
 
 // Classify sends one call per text (one, but for a fallback behind a
@@ -243,30 +276,43 @@ func (c *Chat) Classify(ctx context.Context, call Call) (Answer, error) {
 	return ans, nil
 }
 
+// one sends text's call. A server that refuses logprobs, or (with
+// --constrain auto) the constraint's field, is asked again at once without
+// them, and never with them again in this run: each refusal turns one
+// thing off for good, so this ends.
 func (c *Chat) one(ctx context.Context, call Call, text string) (Prediction, Limits, error) {
-	logprobs := !c.noLogprobs.Load()
-	p, lim, err := c.send(ctx, call, text, logprobs)
-	if pe, ok := AsError(err); ok && logprobs && refusesLogprobs(pe) {
-		c.noLogprobs.Store(true)
-		c.warnOnce.Do(func() {
-			if c.cfg.Logger != nil {
-				c.cfg.Logger.Warn(fmt.Sprintf("%s refused logprobs (HTTP %d); asking without them for the rest of the run: the score column is blank", c.base.host, pe.Status))
-			}
-		})
-		p, lim, err = c.send(ctx, call, text, false)
+	for {
+		o := c.opts(call)
+		p, lim, err := c.send(ctx, text, call, o)
+		pe, ok := AsError(err)
+		switch {
+		case ok && o.logprobs && refusesLogprobs(pe):
+			c.noLogprobs.Store(true)
+			c.warnOnce.Do(func() {
+				c.logWarn(fmt.Sprintf("%s refused logprobs (HTTP %d); asking without them for the rest of the run: the score column is blank", c.base.host, pe.Status))
+			})
+		case ok && refusesConstraint(pe, o.constraint) && c.auto:
+			c.stepDown(o.constraint, pe)
+		case ok && refusesConstraint(pe, o.constraint):
+			pe.Msg = refusedMsg(o.constraint)
+			return p, lim, pe
+		default:
+			return p, lim, err
+		}
 	}
-	return p, lim, err
 }
 
 // Request implements Requester: the body a live call for text would send
-// now (with logprobs unless the server refused them this run).
+// now (with logprobs unless the server refused them this run, under the
+// constraint the run is at).
 func (c *Chat) Request(text string) (string, []byte, error) {
-	b, err := c.body(text, !c.noLogprobs.Load())
+	b, err := json.Marshal(c.request(text, c.opts(Call{})))
 	return c.URL(), b, err
 }
 
-func (c *Chat) send(ctx context.Context, call Call, text string, logprobs bool) (Prediction, Limits, error) {
-	body, err := c.body(text, logprobs)
+func (c *Chat) send(ctx context.Context, text string, call Call, o sendOpts) (Prediction, Limits, error) {
+	creq := c.request(text, o)
+	body, err := json.Marshal(creq)
 	if err != nil {
 		return Prediction{}, Limits{}, &Error{Outcome: outcome.InvalidInput, Msg: "text cannot be encoded", Err: err}
 	}
@@ -297,48 +343,54 @@ func (c *Chat) send(ctx context.Context, call Call, text string, logprobs bool) 
 		return Prediction{}, lim, &Error{Outcome: outcome.UpstreamPayload, Status: 200, Msg: "answer larger than 4 MiB", Limits: lim}
 	}
 	c.base.served.Store(true)
-	p, err := c.parse(buf.Bytes())
+	if c.cfg.ReadContext && c.base.holds {
+		c.readContext(ctx)
+	}
+	p, err := c.parse(buf.Bytes(), creq.Messages, o)
 	if pe, ok := AsError(err); ok {
 		pe.Limits = lim
 	}
 	return p, lim, err
 }
 
-// parse reads a chat completion: the label its answer names, the score
-// from the first token's top_logprobs, and the usage.
-func (c *Chat) parse(body []byte) (Prediction, error) {
-	var r chatResponse
-	if err := json.Unmarshal(body, &r); err != nil {
-		return Prediction{}, &Error{Outcome: outcome.UpstreamPayload, Status: 200, Msg: "not a chat completion: the answer is not JSON"}
+// parse reads a chat completion: the label its answer names, its score,
+// and the usage; an answer to a prompt the server cut to fit its context
+// is not one.
+func (c *Chat) parse(body []byte, msgs []chatMessage, o sendOpts) (Prediction, error) {
+	a, why, ok := readChatAnswer(body)
+	if !ok {
+		return Prediction{}, &Error{Outcome: outcome.UpstreamPayload, Status: 200, Msg: "not a chat completion: " + why}
 	}
-	if len(r.Choices) == 0 || r.Choices[0].Message == nil || r.Choices[0].Message.Content == nil {
-		return Prediction{}, &Error{Outcome: outcome.UpstreamPayload, Status: 200, Msg: "not a chat completion: no choices[0].message.content"}
+	if e := c.truncated(a.usage, msgs); e != nil {
+		return Prediction{}, e
 	}
-	var u Usage
-	if r.Usage != nil && (r.Usage.PromptTokens != nil || r.Usage.CompletionTokens != nil) {
-		u.Known = true
-		if r.Usage.PromptTokens != nil && *r.Usage.PromptTokens >= 0 {
-			u.Prompt = *r.Usage.PromptTokens
-		}
-		if r.Usage.CompletionTokens != nil && *r.Usage.CompletionTokens >= 0 {
-			u.Completion = *r.Usage.CompletionTokens
-		}
+	i, several, form := c.label(a.content)
+	ignored := o.constraint == ConstrainJSONSchema && form == formText ||
+		o.constraint != ConstrainOff && o.constraint != ConstrainJSONSchema && i < 0
+	if ignored {
+		c.ignoredOnce.Do(func() {
+			c.logWarn(fmt.Sprintf("%s answered without the constraint asked for (--constrain %s, %s): it seems to ignore it; answers are read as plain text",
+				c.base.host, o.constraint, o.constraint.Field()))
+		})
 	}
-	content := *r.Choices[0].Message.Content
-	i, several := c.match(content)
 	if i < 0 {
 		what := "names no label"
 		if several {
 			what = "names several labels"
 		}
-		return Prediction{}, &Error{Outcome: outcome.UpstreamUnlabelled, Status: 200, Usage: u,
-			Msg: fmt.Sprintf("the answer %s of --labels: %q", what, summarise(content, c.cfg.Token))}
+		// Under a constraint that held, a second call would be answered
+		// the same; one the server ignored is asked again as without one.
+		return Prediction{}, &Error{Outcome: outcome.UpstreamUnlabelled, Status: 200, Usage: a.usage,
+			Answer: clip(a.content, maxAnswer), NoRetry: o.constraint != ConstrainOff && !ignored,
+			Msg: fmt.Sprintf("the answer %s of --labels: %q", what, summarise(a.content, c.cfg.Token))}
 	}
-	score := math.NaN()
-	if lp := r.Choices[0].Logprobs; lp != nil {
-		score = c.score(lp.Content, i)
+	var score float64
+	if o.constraint == ConstrainOff || ignored {
+		score = c.score(a, i)
+	} else {
+		score = c.constrainedScore(a, o.constraint, i)
 	}
-	return Prediction{Label: c.labels[i], Score: score, Usage: u}, nil
+	return Prediction{Label: c.labels[i], Score: score, Usage: a.usage}, nil
 }
 
 // match is the label an answer names: the one equal to it once both are
@@ -360,46 +412,6 @@ func (c *Chat) match(answer string) (int, bool) {
 		}
 	}
 	return -1, found > 1
-}
-
-// score is the chosen label's probability among the labels the first
-// token's alternatives name, normalised over them: a token names a label
-// when it is the start of exactly one label (or the whole of it). NaN when
-// the chosen label is not among them.
-func (c *Chat) score(tokens []chatLogprob, chosen int) float64 {
-	for _, t := range tokens {
-		if normalise(t.Token) == "" {
-			continue // a leading space or quote: the label starts at the next
-		}
-		mass := make([]float64, len(c.norm))
-		total := 0.0
-		for _, alt := range t.TopLogprobs {
-			tok := normalise(alt.Token)
-			if tok == "" || math.IsNaN(alt.Logprob) || alt.Logprob > 0 {
-				continue
-			}
-			which := -1
-			for i, n := range c.norm {
-				if strings.HasPrefix(n, tok) || tok == n {
-					if which >= 0 {
-						which = -2 // the start of several labels: says nothing
-						break
-					}
-					which = i
-				}
-			}
-			if which >= 0 {
-				p := math.Exp(alt.Logprob)
-				mass[which] += p
-				total += p
-			}
-		}
-		if total <= 0 || mass[chosen] <= 0 {
-			return math.NaN()
-		}
-		return math.Min(mass[chosen]/total, 1)
-	}
-	return math.NaN()
 }
 
 // normalise is an answer (or a label) as they are compared: lower case,
@@ -479,10 +491,11 @@ func parseOpenAIError(body []byte) openAIError {
 var tryAgainIn = regexp.MustCompile(`(?i)try again in ([0-9]+(?:\.[0-9]+)?(?:ms|s|m))\b`)
 
 // statusError is the status table's error (HF's), made precise by what an
-// OpenAI-style body says: a 429 for a spent quota stops the run as a 402
-// does, a 429 for a rate says when to come back (retry-after-ms,
-// Retry-After, "try again in 6ms", the reset headers), a 400 for a text
-// over the context is that row's own.
+// OpenAI-style body says: a 503 that says the server is busy is a rate
+// limit, a 429 for a spent quota stops the run as a 402 does, a 429 for a
+// rate says when to come back (retry-after-ms, Retry-After, "try again in
+// 6ms", the reset headers), a 4xx for a text over the context is that
+// row's own.
 func (c *Chat) statusError(resp *http.Response, body []byte, now time.Time) *Error {
 	e := c.base.statusError(resp, body, now)
 	oe := parseOpenAIError(body)
@@ -491,6 +504,10 @@ func (c *Chat) statusError(resp *http.Response, body []byte, now time.Time) *Err
 		e.RetryAfter = d
 	}
 	switch {
+	case resp.StatusCode == 503 && busy(code, typ, msg+" "+strings.ToLower(e.Reason)):
+		// Backpressure, not an outage: retried as a 429 is (backoff, the
+		// shared pause, the adaptive limit), never counted by the breaker.
+		e.Outcome, e.Msg, e.Cold = outcome.UpstreamRateLimited, "server busy: it holds as many calls as it takes (overloaded)", false
 	case resp.StatusCode == 429 && (code == "insufficient_quota" || typ == "insufficient_quota"):
 		e.Outcome, e.Msg, e.RetryAfter = outcome.UpstreamQuota, "quota exceeded: the account has no credit left for this API", 0
 	case resp.StatusCode == 429:
@@ -502,11 +519,44 @@ func (c *Chat) statusError(resp *http.Response, body []byte, now time.Time) *Err
 		if e.RetryAfter == 0 {
 			e.RetryAfter = resetOf(ParseLimits(resp.Header, now), typ)
 		}
-	case resp.StatusCode >= 400 && resp.StatusCode < 500 && (code == "context_length_exceeded" ||
-		strings.Contains(msg, "context length") || strings.Contains(msg, "context window")):
+	case resp.StatusCode >= 400 && resp.StatusCode < 500 && overContext(code, typ, msg+" "+strings.ToLower(e.Reason)):
 		e.Outcome, e.Msg = outcome.UpstreamRequestRejected, "context length exceeded: the text is longer than the model takes"
 	}
 	return e
+}
+
+// busyWords are what a 503 says when the server is full rather than down:
+// Ollama's "server busy, please try again.  maximum pending requests
+// exceeded" (OLLAMA_MAX_QUEUE reached), "overloaded" (TGI says it with a
+// 429; proxies and hosted servers with a 503, or a code server_overloaded),
+// a server "at capacity".
+var busyWords = []string{"server busy", "maximum pending requests", "overloaded", "at capacity", "too many requests"}
+
+// busy reports whether a 503's code, type or message (lower case) says the
+// server is busy.
+func busy(code, typ, msg string) bool {
+	if strings.Contains(code, "overloaded") || strings.Contains(typ, "overloaded") {
+		return true
+	}
+	for _, w := range busyWords {
+		if strings.Contains(msg, w) {
+			return true
+		}
+	}
+	return false
+}
+
+// tgiTooLong is TGI's validation error for a prompt over its limits.
+var tgiTooLong = regexp.MustCompile("`?inputs`? (tokens \\+ `?max_new_tokens`? must be <=|must have less than)")
+
+// overContext reports whether a 4xx says the prompt is over the model's
+// context: OpenAI's and vLLM's code or message, llama.cpp server's
+// exceed_context_size_error ("exceeds the available context size"), TGI's
+// "`inputs` tokens + `max_new_tokens` must be <= N".
+func overContext(code, typ, msg string) bool {
+	return code == "context_length_exceeded" || typ == "exceed_context_size_error" ||
+		strings.Contains(msg, "context length") || strings.Contains(msg, "context window") ||
+		strings.Contains(msg, "context size") || tgiTooLong.MatchString(msg)
 }
 
 // resetOf is when a 429 without Retry-After may be tried again: the reset

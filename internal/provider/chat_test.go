@@ -68,8 +68,11 @@ func TestChatAsksForOneLabelAndReadsScoreAndUsage(t *testing.T) {
 		req["top_logprobs"] != 5.0 || req["stream"] != false {
 		t.Fatalf("request %v", req)
 	}
-	if mt := req["max_tokens"].(float64); mt < float64(len("positive")) || mt > 32 {
-		t.Fatalf("max_tokens %v: enough for the longest label, no more", mt)
+	// Under the default constraint (json-schema): room for {"label":"..."}
+	// and the whitespace a grammar allows between its tokens (4 places, 21
+	// each), no more than a little over.
+	if mt := req["max_tokens"].(float64); mt < float64(len(`{"label":"positive"}`)+4*21) || mt > 128 {
+		t.Fatalf("max_tokens %v: enough for the longest label in JSON, no more", mt)
 	}
 	msgs := req["messages"].([]any)
 	sys := msgs[0].(map[string]any)
@@ -270,7 +273,9 @@ func TestChatErrorsOfOtherServers(t *testing.T) {
 	}{
 		{400, `{"object":"error","message":"This model's maximum context length is 2048 tokens. However, you requested 3000 tokens.","type":"BadRequestError","param":null,"code":400}`, outcome.UpstreamRequestRejected, "context length exceeded"},
 		{400, `{"error":{"message":"bad","type":"invalid_request_error","param":"messages","code":"context_length_exceeded"}}`, outcome.UpstreamRequestRejected, "context length exceeded"},
-		{422, `{"error":"Input validation error: inputs tokens + max_new_tokens must be <= 4096","error_type":"validation"}`, outcome.UpstreamRequestRejected, "request rejected"},
+		{422, `{"error":"Input validation error: inputs tokens + max_new_tokens must be <= 4096","error_type":"validation"}`, outcome.UpstreamRequestRejected, "context length exceeded"},
+		{400, `{"error":{"code":400,"message":"the request exceeds the available context size, try increasing it","type":"exceed_context_size_error","n_prompt_tokens":5000,"n_ctx":4096}}`, outcome.UpstreamRequestRejected, "context length exceeded"},
+		{422, `{"error":"Input validation error: inputs tokens are fine","error_type":"validation"}`, outcome.UpstreamRequestRejected, "request rejected"},
 		{429, `{"error":{"message":"quota","type":"insufficient_quota","code":"insufficient_quota"}}`, outcome.UpstreamQuota, "quota exceeded"},
 		{402, `{"error":"You have exceeded your monthly included credits for Inference Providers."}`, outcome.UpstreamQuota, "payment required"},
 	}

@@ -46,6 +46,14 @@ type Error struct {
 	// Usage is what the failed call cost, when the server said (a chat
 	// answer that named no label was still paid for).
 	Usage Usage
+	// Answer is what a chat model answered when it named no label (at most
+	// maxAnswer bytes), for the row's second call to quote back to it; it
+	// is never shown (Msg quotes it summarised).
+	Answer string
+	// NoRetry: the client knows another call would get the same answer,
+	// whatever the outcome's table says (an answer that named no label
+	// although the server was made to choose one).
+	NoRetry bool
 	// Limits is what the answer's rate-limit headers said, if any.
 	Limits Limits
 	// Err is the underlying cause, kept for errors.Is/As; never printed raw.
@@ -108,8 +116,12 @@ func (e *Error) StopsRun() bool {
 // Retryable reports whether another attempt may succeed, as the outcome
 // table says: timeouts (408 included) and 429 always; upstream_failed when
 // it is a connection error, 500/502/503/504, the CDN's 520-524 or TEI's 424
-// (its backend failed). Other 4xx, auth and payload errors are permanent.
+// (its backend failed). Other 4xx, auth and payload errors are permanent,
+// and so is an error the client marked NoRetry.
 func (e *Error) Retryable() bool {
+	if e.NoRetry {
+		return false
+	}
 	switch e.Outcome.Retry() {
 	case outcome.RetryAlways, outcome.RetryOnce:
 		return true

@@ -48,6 +48,8 @@ type Spec struct {
 	Labels []string
 	// Prompt is chat's template ({labels}, {text}); "" the default.
 	Prompt string
+	// Constrain is chat's --constrain ("" is auto).
+	Constrain string
 	// Client overrides the HTTP client (check's, which keeps the last
 	// answer); nil builds one.
 	Client *http.Client
@@ -118,6 +120,8 @@ func openChat(s Spec) (Classifier, Info, error) {
 		Token:          s.Token,
 		Labels:         s.Labels,
 		Prompt:         s.Prompt,
+		Constrain:      s.Constrain,
+		ReadContext:    true, // asked of a server other than the router only
 		Concurrency:    s.Concurrency,
 		Timeout:        s.Timeout,
 		ConnectTimeout: s.ConnectTimeout,

@@ -8,6 +8,7 @@ package provider
 
 import (
 	"context"
+	"math"
 	"time"
 )
 
@@ -34,12 +35,25 @@ type Usage struct {
 	Known              bool
 }
 
-// Total is prompt plus completion tokens.
-func (u Usage) Total() int { return u.Prompt + u.Completion }
+// MaxTokens is the most tokens a count holds: a server's usage above it is
+// read as it, and sums stop there (they saturate, never wrap), so that a
+// count fits wherever it is stored (the queue keeps 32 bits).
+const MaxTokens = math.MaxInt32
 
-// Add sums two usages; the sum is known when either is.
+// Total is prompt plus completion tokens, at most MaxTokens.
+func (u Usage) Total() int { return SatAdd(u.Prompt, u.Completion) }
+
+// Add sums two usages, each count at most MaxTokens; the sum is known when
+// either is.
 func (u Usage) Add(v Usage) Usage {
-	return Usage{Prompt: u.Prompt + v.Prompt, Completion: u.Completion + v.Completion, Known: u.Known || v.Known}
+	return Usage{Prompt: SatAdd(u.Prompt, v.Prompt), Completion: SatAdd(u.Completion, v.Completion), Known: u.Known || v.Known}
+}
+
+// SatAdd is a+b for token counts in [0, MaxTokens]: at most MaxTokens,
+// never negative.
+func SatAdd(a, b int) int {
+	a, b = min(max(a, 0), MaxTokens), min(max(b, 0), MaxTokens)
+	return min(a+b, MaxTokens)
 }
 
 // Answer is what one Classify call returns on success.
@@ -85,6 +99,11 @@ type Call struct {
 	// deadline), and gives the attempt that long: the proxy of an Inference
 	// Endpoint scaled to zero then holds it, instead of answering 503.
 	ScaleUp bool
+	// Unlabelled, when set, is what the row's last call answered (a chat
+	// model's answer that named no label: Error.Answer): the client says
+	// so and asks again, so that the second call is not the first's bytes
+	// again (at temperature 0 those get the same answer back).
+	Unlabelled *string
 }
 
 // Classifier labels texts: one attempt per Classify, never retried.

@@ -245,6 +245,10 @@ func Build(client provider.Classifier, cfg Config) *Guard {
 // Model names the primary model.
 func (g *Guard) Model() string { return g.client.Model() }
 
+// Client is the primary provider's client, for what it learned of its
+// server (check reports it).
+func (g *Guard) Client() provider.Classifier { return g.client }
+
 // Slots is the calls-in-flight bound the engine takes a row's first slot
 // from (its admission).
 func (g *Guard) Slots() *Slots { return g.slots }
@@ -505,13 +509,16 @@ type rowState struct {
 	// coldRetried: such a 503, not a loading model's, was asked again.
 	scaleUp     bool
 	coldRetried bool
+	// unlabelled is the chat answer of the row's first call, which named
+	// no label: its second call says so (Call.Unlabelled).
+	unlabelled *string
 }
 
 func (r *rowState) wait(k waitKind) { r.waiting = k }
 
 // call is the provider.Call of the row's next attempt.
 func (r *rowState) call(texts []string) provider.Call {
-	return provider.Call{Texts: texts, WaitForModel: r.waitForModel, AttemptTimeout: r.attemptTimeout, ScaleUp: r.scaleUp}
+	return provider.Call{Texts: texts, WaitForModel: r.waitForModel, AttemptTimeout: r.attemptTimeout, ScaleUp: r.scaleUp, Unlabelled: r.unlabelled}
 }
 
 // meter records every call sent to the primary provider, in the one place

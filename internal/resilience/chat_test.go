@@ -1,7 +1,9 @@
 package resilience
 
 import (
+	"bytes"
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -49,6 +51,53 @@ func TestUnlabelledIsRetriedOnceAndItsTokensCounted(t *testing.T) {
 	ans, r, err := chatRow(g, "lovely")
 	if err != nil || ans.Predictions[0].Label != "positive" || r.Attempts() != 1 || r.Usage().Prompt <= 0 {
 		t.Fatalf("%+v %v", ans, err)
+	}
+	// The second call is not the first's bytes again (at temperature 0 a
+	// deterministic server answers them the same): it quotes the answer
+	// back and asks again.
+	b := f.Bodies()
+	if bytes.Equal(b[0], b[1]) || !bytes.Contains(b[1], []byte(`"role":"assistant","content":"I cannot tell."`)) {
+		t.Fatalf("second call:\n%s\nfirst:\n%s", b[1], b[0])
+	}
+}
+
+// Under a constraint the server kept, an answer naming no label is not
+// asked again: the same call would get it back.
+func TestUnlabelledUnderAConstraintIsNotAskedAgain(t *testing.T) {
+	f := &fakehf.Chat{Answer: func(string) string { return `{"label": "angry"}` }}
+	g := Build(startChat(t, f), Config{Retries: 4, BackoffBase: time.Millisecond})
+	_, r, err := chatRow(g, "x")
+	if provider.OutcomeOf(err) != outcome.UpstreamUnlabelled || r.Attempts() != 1 || f.Calls() != 1 {
+		t.Fatalf("%v after %d calls, want upstream_unlabelled after 1", err, f.Calls())
+	}
+}
+
+// A server that says it is busy (Ollama's 503 once OLLAMA_MAX_QUEUE calls
+// wait) is backpressure, not an outage: the rows are retried with backoff
+// until it takes them, and the breaker never counts it. Before, its 503s
+// opened the breaker and held every row for its cooldown.
+func TestBusyServerNeverOpensTheBreaker(t *testing.T) {
+	f := &fakehf.Chat{BusyFirst: 40}
+	c := &Counters{}
+	g := Build(startChat(t, f), Config{Retries: 8, BackoffBase: time.Millisecond, BackoffMax: 20 * time.Millisecond,
+		Concurrency: 4, BreakerMinCalls: 5, BreakerCooldown: time.Minute, Counters: c})
+	var wg sync.WaitGroup
+	errs := make([]error, 16)
+	for i := range errs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, _, errs[i] = chatRow(g, "fine")
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("row %d: %v", i, err)
+		}
+	}
+	if n := c.BreakerOpenings.Load(); n != 0 || f.Calls() < 40 {
+		t.Fatalf("breaker opened %d times over %d calls (40 busy)", n, f.Calls())
 	}
 }
 

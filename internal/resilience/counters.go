@@ -1,6 +1,7 @@
 package resilience
 
 import (
+	"math"
 	"sync/atomic"
 	"time"
 
@@ -54,9 +55,24 @@ func (c *Counters) countUsage(r *Row, ans provider.Answer, err error) {
 		return
 	}
 	r.usage = r.usage.Add(u)
-	c.PromptTokens.Add(int64(u.Prompt))
-	c.CompletionTokens.Add(int64(u.Completion))
+	satAdd(&c.PromptTokens, int64(u.Prompt))
+	satAdd(&c.CompletionTokens, int64(u.Completion))
 	c.TokenCalls.Add(1)
+}
+
+// satAdd adds n (at least 0) to a, which stops at the largest int64
+// rather than wrap: a server's usage is not to be trusted.
+func satAdd(a *atomic.Int64, n int64) {
+	for {
+		cur := a.Load()
+		next := cur + max(n, 0)
+		if next < cur {
+			next = math.MaxInt64
+		}
+		if a.CompareAndSwap(cur, next) {
+			return
+		}
+	}
 }
 
 func (c *Counters) callStarted() {

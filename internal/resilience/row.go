@@ -50,9 +50,15 @@ func (g *Guard) Classify(ctx context.Context, r *Row, texts []string) (provider.
 		if !ok || !pe.Retryable() || pe.Unreachable {
 			return provider.Answer{}, err
 		}
-		if pe.Outcome.Retry() == outcome.RetryOnce && r.sent > 1 {
-			// Asked again once already (a chat answer naming no label).
-			return provider.Answer{}, err
+		if pe.Outcome.Retry() == outcome.RetryOnce {
+			if r.sent > 1 {
+				// Asked again once already (a chat answer naming no label).
+				return provider.Answer{}, err
+			}
+			// The second call quotes the first answer back, saying it named
+			// no label: not the same bytes again.
+			answer := pe.Answer
+			r.unlabelled = &answer
 		}
 		if g.cfg.WarmUpOnly && !pe.Loading && (!pe.Cold || r.coldRetried) {
 			// Not warming up (or a replica still not up to a call its

@@ -1,0 +1,394 @@
+package provider
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"math"
+	"regexp"
+	"strconv"
+	"strings"
+)
+
+// chatAnswer is what hfsent reads of a chat completion: choices[0]'s
+// content, its logprobs, and the usage. Only the content is required: a
+// field it does not need (usage, logprobs) that is malformed is ignored,
+// never a reason to throw a label away.
+type chatAnswer struct {
+	content string
+	usage   Usage
+	// tokens are the answer's tokens with their alternatives; lpOK is false
+	// when the logprobs were missing or not usable (a null, NaN or positive
+	// logprob, top_logprobs that is not a list): the score is blank then.
+	tokens []answerToken
+	lpOK   bool
+}
+
+type answerToken struct {
+	text string
+	alts []answerAlt
+}
+
+type answerAlt struct {
+	text    string
+	logprob float64
+}
+
+// answerDoc is the envelope; every field hfsent can do without is kept raw
+// and read on its own.
+type answerDoc struct {
+	Choices []struct {
+		Message *struct {
+			Content json.RawMessage `json:"content"`
+		} `json:"message"`
+		Logprobs json.RawMessage `json:"logprobs"`
+	} `json:"choices"`
+	Usage json.RawMessage `json:"usage"`
+}
+
+// readChatAnswer decodes a 200's body; ok is false when it is not a chat
+// completion with a content (what is missing is in why).
+func readChatAnswer(body []byte) (a chatAnswer, why string, ok bool) {
+	var doc answerDoc
+	if err := json.Unmarshal(body, &doc); err != nil {
+		// Python servers may write NaN or Infinity, which JSON has not: read
+		// them as null (a score they touch is blank), and try again.
+		if json.Unmarshal(nonFiniteToNull(body), &doc) != nil {
+			return a, "the answer is not JSON", false
+		}
+	}
+	if len(doc.Choices) == 0 || doc.Choices[0].Message == nil {
+		return a, "no choices[0].message.content", false
+	}
+	content, ok := readContent(doc.Choices[0].Message.Content)
+	if !ok {
+		return a, "no choices[0].message.content", false
+	}
+	a.content = content
+	a.usage = readUsage(doc.Usage)
+	a.tokens, a.lpOK = readLogprobs(doc.Choices[0].Logprobs)
+	return a, "", true
+}
+
+// readContent reads a message's content: a string, or a list of parts
+// ([{"type": "text", "text": ...}], as some servers answer), whose texts
+// are joined. null, or anything else, is no content.
+func readContent(raw json.RawMessage) (string, bool) {
+	var s string
+	if json.Unmarshal(raw, &s) == nil && !isNull(raw) {
+		return s, true
+	}
+	var parts []struct {
+		Type string  `json:"type"`
+		Text *string `json:"text"`
+	}
+	if json.Unmarshal(raw, &parts) != nil || isNull(raw) {
+		return "", false
+	}
+	var b strings.Builder
+	found := false
+	for _, p := range parts {
+		if p.Text != nil && (p.Type == "" || p.Type == "text" || p.Type == "output_text") {
+			b.WriteString(*p.Text)
+			found = true
+		}
+	}
+	return b.String(), found
+}
+
+func isNull(raw json.RawMessage) bool { return string(bytes.TrimSpace(raw)) == "null" }
+
+// readUsage reads usage's prompt_tokens and completion_tokens: integers,
+// or what reads as one (10.0, "12"); a count that is not a whole number,
+// or negative, is ignored, and one above MaxTokens is read as MaxTokens.
+// Known when either count was read.
+func readUsage(raw json.RawMessage) Usage {
+	var doc struct {
+		Prompt     json.RawMessage `json:"prompt_tokens"`
+		Completion json.RawMessage `json:"completion_tokens"`
+	}
+	if len(raw) == 0 || json.Unmarshal(raw, &doc) != nil {
+		return Usage{}
+	}
+	var u Usage
+	if n, ok := tokenCount(doc.Prompt); ok {
+		u.Prompt, u.Known = n, true
+	}
+	if n, ok := tokenCount(doc.Completion); ok {
+		u.Completion, u.Known = n, true
+	}
+	return u
+}
+
+// tokenCount reads a count sent as a number or a string of one.
+func tokenCount(raw json.RawMessage) (int, bool) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || isNull(raw) {
+		return 0, false
+	}
+	if raw[0] == '"' {
+		var s string
+		if json.Unmarshal(raw, &s) != nil {
+			return 0, false
+		}
+		raw = []byte(strings.TrimSpace(s))
+	}
+	f, err := strconv.ParseFloat(string(raw), 64)
+	if err != nil && !errors.Is(err, strconv.ErrRange) || math.IsNaN(f) || f < 0 || f != math.Trunc(f) {
+		return 0, false
+	}
+	return int(min(f, MaxTokens)), true
+}
+
+// readLogprobs reads choices[0].logprobs.content: each token, and its
+// top_logprobs. ok is false when there are none, or when any is unusable.
+func readLogprobs(raw json.RawMessage) ([]answerToken, bool) {
+	if len(raw) == 0 || isNull(raw) {
+		return nil, false
+	}
+	var doc struct {
+		Content []struct {
+			Token       *string         `json:"token"`
+			Logprob     json.RawMessage `json:"logprob"`
+			TopLogprobs json.RawMessage `json:"top_logprobs"`
+		} `json:"content"`
+	}
+	if json.Unmarshal(raw, &doc) != nil || len(doc.Content) == 0 {
+		return nil, false
+	}
+	out := make([]answerToken, 0, len(doc.Content))
+	for _, t := range doc.Content {
+		if t.Token == nil {
+			return nil, false
+		}
+		if _, ok := logprobOf(t.Logprob); !ok {
+			return nil, false
+		}
+		var alts []struct {
+			Token   *string         `json:"token"`
+			Logprob json.RawMessage `json:"logprob"`
+		}
+		if tl := bytes.TrimSpace(t.TopLogprobs); len(tl) > 0 && !isNull(tl) {
+			if tl[0] != '[' || json.Unmarshal(tl, &alts) != nil {
+				return nil, false
+			}
+		}
+		at := answerToken{text: *t.Token, alts: make([]answerAlt, 0, len(alts))}
+		for _, a := range alts {
+			lp, ok := logprobOf(a.Logprob)
+			if !ok || a.Token == nil {
+				return nil, false
+			}
+			at.alts = append(at.alts, answerAlt{text: *a.Token, logprob: lp})
+		}
+		out = append(out, at)
+	}
+	return out, true
+}
+
+// logprobRounding is how far above 0 a logprob may be and still be read as
+// 0: a probability of 1 rounded up in float32.
+const logprobRounding = 1e-6
+
+// logprobOf reads a logprob: a number at most 0 (up to rounding). null,
+// NaN (read as null) or a positive value is no logprob.
+func logprobOf(raw json.RawMessage) (float64, bool) {
+	var f *float64
+	if json.Unmarshal(raw, &f) != nil || f == nil || math.IsNaN(*f) || *f > logprobRounding {
+		return 0, false
+	}
+	return min(*f, 0), true
+}
+
+// nonFiniteToNull rewrites the bare NaN, Infinity and -Infinity that
+// Python's json module writes (outside strings) as null.
+func nonFiniteToNull(b []byte) []byte {
+	out := make([]byte, 0, len(b))
+	inString, escaped := false, false
+	for i := 0; i < len(b); i++ {
+		ch := b[i]
+		if inString {
+			out = append(out, ch)
+			switch {
+			case escaped:
+				escaped = false
+			case ch == '\\':
+				escaped = true
+			case ch == '"':
+				inString = false
+			}
+			continue
+		}
+		if ch == '"' {
+			inString = true
+			out = append(out, ch)
+			continue
+		}
+		matched := false
+		for _, w := range []string{"-Infinity", "Infinity", "NaN"} {
+			if bytes.HasPrefix(b[i:], []byte(w)) {
+				out = append(out, "null"...)
+				i += len(w) - 1
+				matched = true
+				break
+			}
+		}
+		if !matched {
+			out = append(out, ch)
+		}
+	}
+	return out
+}
+
+// answerForm is what an answer looked like, which says whether the
+// server's constraint held.
+type answerForm uint8
+
+const (
+	formText answerForm = iota // plain text: no JSON object
+	formJSON                   // a JSON object (whole or not)
+)
+
+// label is the label an answer names (-1 if none; several when it names
+// more than one): {"label": ...} with any whitespace, or a bare label (a
+// server that ignored the constraint), always one of --labels.
+func (c *Chat) label(content string) (i int, several bool, form answerForm) {
+	t := strings.TrimSpace(stripThink(content))
+	if strings.HasPrefix(t, "{") {
+		var doc map[string]json.RawMessage
+		var v string
+		if json.Unmarshal([]byte(t), &doc) != nil || json.Unmarshal(doc["label"], &v) != nil {
+			return -1, false, formJSON
+		}
+		for i, l := range c.labels {
+			if v == l {
+				return i, false, formJSON
+			}
+		}
+		i, several := c.match(v)
+		return i, several, formJSON
+	}
+	i, several = c.match(content)
+	return i, several, formText
+}
+
+// labelStart matches what comes before the label in a JSON answer.
+var labelStart = regexp.MustCompile(`^\s*\{\s*"label"\s*:\s*"`)
+
+// constrainedScore is the chosen label's probability under a constraint:
+// the server reports the model's distribution before its grammar, so the
+// label's token is found (past {"label":" for JSON, the first token
+// otherwise) and its probability normalised over the labels' first tokens
+// at that position. NaN when the tokens cannot be followed, when a label
+// has no alternative there, or when one alternative starts two labels
+// (they share a first token: nothing tells them apart).
+func (c *Chat) constrainedScore(a chatAnswer, k Constraint, chosen int) float64 {
+	if !a.lpOK {
+		return math.NaN()
+	}
+	var text strings.Builder
+	for _, t := range a.tokens {
+		text.WriteString(t.text)
+	}
+	at := 0
+	if k == ConstrainJSONSchema {
+		m := labelStart.FindStringIndex(text.String())
+		if m == nil {
+			return math.NaN()
+		}
+		at = m[1]
+	}
+	full := text.String()
+	pos := 0
+	for _, t := range a.tokens {
+		end := pos + len(t.text)
+		if t.text != "" && at < end {
+			// This token holds the label's first byte (and perhaps the quote
+			// before it, merged into one token).
+			return c.normalisedOver(t.alts, full[pos:at], k == ConstrainJSONSchema, chosen)
+		}
+		pos = end
+	}
+	return math.NaN()
+}
+
+// normalisedOver shares the alternatives' probability out over the labels
+// they start, once prefix (the part of the token before the label: a
+// quote merged into it) is taken off each.
+func (c *Chat) normalisedOver(alts []answerAlt, prefix string, quoted bool, chosen int) float64 {
+	forms := c.labels
+	if quoted {
+		forms = c.quoted
+	}
+	mass := make([]float64, len(forms))
+	for _, alt := range alts {
+		rest, ok := strings.CutPrefix(alt.text, prefix)
+		if !ok || rest == "" {
+			continue
+		}
+		which := -1
+		for i, f := range forms {
+			if strings.HasPrefix(f, rest) || quoted && strings.HasPrefix(rest, f+`"`) {
+				if which >= 0 {
+					return math.NaN() // the start of two labels
+				}
+				which = i
+			}
+		}
+		if which >= 0 {
+			mass[which] += math.Exp(alt.logprob)
+		}
+	}
+	total := 0.0
+	for _, m := range mass {
+		if m <= 0 {
+			return math.NaN() // a label is not there
+		}
+		total += m
+	}
+	return math.Min(mass[chosen]/total, 1)
+}
+
+// score is the chosen label's probability without a constraint: the first
+// token of the answer that is not a space or a quote, its top_logprobs,
+// each alternative that starts exactly one label (or is one) counted for
+// that label, normalised over what the labels found there hold. NaN when
+// the chosen label is not among them, or the logprobs are not usable.
+func (c *Chat) score(a chatAnswer, chosen int) float64 {
+	if !a.lpOK {
+		return math.NaN()
+	}
+	for _, t := range a.tokens {
+		if normalise(t.text) == "" {
+			continue // a leading space or quote: the label starts at the next
+		}
+		mass := make([]float64, len(c.norm))
+		total := 0.0
+		for _, alt := range t.alts {
+			tok := normalise(alt.text)
+			if tok == "" {
+				continue
+			}
+			which := -1
+			for i, n := range c.norm {
+				if strings.HasPrefix(n, tok) || tok == n {
+					if which >= 0 {
+						which = -2 // the start of several labels: says nothing
+						break
+					}
+					which = i
+				}
+			}
+			if which >= 0 {
+				p := math.Exp(alt.logprob)
+				mass[which] += p
+				total += p
+			}
+		}
+		if total <= 0 || mass[chosen] <= 0 {
+			return math.NaN()
+		}
+		return math.Min(mass[chosen]/total, 1)
+	}
+	return math.NaN()
+}
