@@ -200,6 +200,10 @@ type chatResponse struct {
 	Usage *struct {
 		PromptTokens     *int `json:"prompt_tokens"`
 		CompletionTokens *int `json:"completion_tokens"`
+		// Cost is what the server says the call cost, in USD
+		// (OpenRouter's usage.cost): the spend ledger takes it over any
+		// price.
+		Cost *float64 `json:"cost"`
 	} `json:"usage"`
 }
 
@@ -323,6 +327,9 @@ func (c *Chat) parse(body []byte) (Prediction, error) {
 		if r.Usage.CompletionTokens != nil && *r.Usage.CompletionTokens >= 0 {
 			u.Completion = *r.Usage.CompletionTokens
 		}
+	}
+	if r.Usage != nil && r.Usage.Cost != nil && *r.Usage.Cost >= 0 {
+		u.Cost, u.Costed = *r.Usage.Cost, true
 	}
 	content := *r.Choices[0].Message.Content
 	i, several := c.match(content)

@@ -32,14 +32,20 @@ type Prediction struct {
 type Usage struct {
 	Prompt, Completion int
 	Known              bool
+	// Cost is what the server itself said the call cost, in USD, when it
+	// says (OpenRouter's usage.cost): the spend ledger takes it over any
+	// price. Costed is false when it said nothing.
+	Cost   float64
+	Costed bool
 }
 
 // Total is prompt plus completion tokens.
 func (u Usage) Total() int { return u.Prompt + u.Completion }
 
-// Add sums two usages; the sum is known when either is.
+// Add sums two usages; the sum is known (or costed) when either is.
 func (u Usage) Add(v Usage) Usage {
-	return Usage{Prompt: u.Prompt + v.Prompt, Completion: u.Completion + v.Completion, Known: u.Known || v.Known}
+	return Usage{Prompt: u.Prompt + v.Prompt, Completion: u.Completion + v.Completion, Known: u.Known || v.Known,
+		Cost: u.Cost + v.Cost, Costed: u.Costed || v.Costed}
 }
 
 // Answer is what one Classify call returns on success.
