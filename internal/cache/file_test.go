@@ -24,7 +24,9 @@ func open(t *testing.T, dir string, maxBytes int64) *Cache {
 	return New(f, Options{})
 }
 
-func key(i int) Key { return KeyOf("chat", "m", "http://h/v1/chat/completions", fmt.Appendf(nil, `{"text":"row %d"}`, i)) }
+func key(i int) Key {
+	return KeyOf("chat", "m", "http://h/v1/chat/completions", fmt.Appendf(nil, `{"text":"row %d"}`, i))
+}
 
 func entry(i int) Entry {
 	return Entry{Label: fmt.Sprintf("label-%d", i%3), Score: 0.5 + float64(i%5)/10, Model: "m",

@@ -24,6 +24,10 @@ type item struct {
 // or when the same text is in flight (a waiter takes it, without a slot:
 // its answer costs nothing, so it must not hold a slot a call could use).
 func (p *Pipeline) claim(j *Job) (item, bool) {
+	if j.cache.hit != nil && (p.admitCtx.Err() == nil || p.answersHits()) {
+		p.finishCached(j)
+		return item{}, false
+	}
 	if p.admitCtx.Err() != nil {
 		p.finishNotAttempted(j)
 		return item{}, false
@@ -106,11 +110,11 @@ func (p *Pipeline) gather(batch []item) []item {
 	}
 	var timer *time.Timer
 	for len(batch) < p.cfg.BatchSize {
-		var j *Job
-		var ok bool
-		select {
-		case j, ok = <-p.admitq:
-		default:
+		j, ok := p.nextNow()
+		switch {
+		case !ok:
+			return batch
+		case j == nil:
 			if timer == nil {
 				wait := p.cfg.BatchWait
 				if p.cfg.AdmissionWait > 0 {
@@ -124,6 +128,9 @@ func (p *Pipeline) gather(batch []item) []item {
 			}
 			select {
 			case j, ok = <-p.admitq:
+				if ok {
+					j = p.fill(j)
+				}
 			case <-timer.C:
 				return batch
 			case <-p.admitCtx.Done():
@@ -239,17 +246,25 @@ func (p *Pipeline) send(ctx context.Context, permit *resilience.Permit, batch []
 			// Every call of the row, a retried one's too, was paid for.
 			res.PromptTokens, res.CompletionTokens, res.Tokens = u.Prompt, u.Completion, true
 		}
+		if c, ok := row.Cost(); len(out) == 1 && ok {
+			res.CostUSD, res.Costed = c, true
+		}
 		if err != nil {
 			res.Outcome, res.Error, res.RetryAfter = code, msg, retryAfter
 			continue
 		}
 		pr := ans.Predictions[i]
 		res.Label, res.Score = pr.Label, pr.Score
+		batch[i].job.cache.usage = pr.Usage // what the answer's own call cost
 		if u := pr.Usage; len(out) > 1 && u.Known {
 			res.PromptTokens, res.CompletionTokens, res.Tokens = u.Prompt, u.Completion, true
 		}
 		if ans.Model != "" {
 			res.Model = ans.Model
+		}
+		if l := p.guard.Ledger(); l != nil && len(out) > 1 {
+			// Several texts in one call: each its own share, as reported.
+			res.CostUSD, res.Costed = l.Cost(res.Model, pr.Usage, false)
 		}
 		res.Outcome = outcome.Success
 		if ans.Fallback {

@@ -111,6 +111,14 @@ func (l *Ledger) Reserve(est float64) (*Reservation, bool) {
 	return &Reservation{l: l, est: est}, true
 }
 
+// Limited reports whether a limit holds the calls: theirs must be
+// estimated before they are sent.
+func (l *Ledger) Limited() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.limit > 0 || l.fleetLimit > 0
+}
+
 // passes reports whether a reservation of est would take the spend past
 // a limit. mu is held.
 func (l *Ledger) passes(est float64) bool {
