@@ -35,6 +35,8 @@ type classifyOptions struct {
 	report      string
 	failOn      failPolicy
 	prog        progressOptions
+	cost        costOptions
+	dryRun      bool
 }
 
 func newClassifyCmd(ios *IOStreams, g *globalOptions) *cobra.Command {
@@ -95,6 +97,9 @@ The token comes from HF_TOKEN, else the Hugging Face token file
 	addProviderFlags(fs, &o.prov, batchProvider)
 	addDBFlags(fs, &o.db, false)
 	addEngineFlags(fs, &o.eng, batchEngine)
+	addCacheFlags(fs, &o.cost)
+	addPriceFlags(fs, &o.cost, true)
+	fs.BoolVar(&o.dryRun, "dry-run", false, "read and check INPUT as a run would, make no call, and print what the run would do: the rows it would send, the cache hits already there, the estimated tokens, cost (at the prices given) and time (at --tpm, --rps, -c); nothing is written but --summary-json")
 	fs.IntVar(&o.maxChars, "max-chars", 5000, "longer texts are invalid_input ("+rangeHelp(1, maxCharsLimit)+")")
 	fs.BoolVar(&o.resume, "resume", false, "keep rows already in --output whose outcome is final, process only the rest")
 	fs.DurationVar(&o.maxDuration, "max-duration", 0, "a deadline for the run: after this long no row is admitted and no call not yet sent is sent; calls in flight get 10s; the rest are not_attempted (0: no limit, up to "+show(maxRunDuration)+")")
@@ -131,6 +136,12 @@ func (o *classifyOptions) validate() error {
 	if err := o.validReport(); err != nil {
 		return err
 	}
+	if err := o.cost.validate(&o.prov); err != nil {
+		return err
+	}
+	if o.dryRun && o.resume {
+		return usageErrorf("--dry-run estimates a whole INPUT: leave --resume out")
+	}
 	return nil
 }
 
@@ -153,6 +164,14 @@ func runClassify(ctx context.Context, o *classifyOptions, ios *IOStreams, log *s
 		return usageError(err)
 	}
 	logInput(log, info.name, src)
+	ledger, err := o.cost.ledger(&o.prov)
+	if err != nil {
+		return err
+	}
+	o.prov.ledger = ledger
+	if o.dryRun {
+		return runDryRun(ctx, o, ios, log, src, ledger)
+	}
 	leaveBudget, err := o.prov.joinBudget(ctx, ios, log, &o.db, nil, budget.KindClassify)
 	if err != nil {
 		return err
@@ -163,6 +182,11 @@ func runClassify(ctx context.Context, o *classifyOptions, ios *IOStreams, log *s
 	if err != nil {
 		return err
 	}
+	rc, closeDB, err := o.cost.openCache(ctx, ios, log, &o.prov, nil, o.db.url)
+	if err != nil {
+		return err
+	}
+	defer closeDB()
 	out, err := openOutput(o, ios, log, src, info)
 	if err != nil {
 		return err
@@ -183,8 +207,10 @@ func runClassify(ctx context.Context, o *classifyOptions, ios *IOStreams, log *s
 	cfg.ExpectedRows = info.total
 	cfg.Progress = bar.update
 	cfg.Logger = log
+	cacheConfig(&cfg, rc, guard)
 	sum, runErr := engine.Run(ctx, out.src, runSink, guard, cfg)
 	bar.finish()
+	closeCache(log, rc)
 	if err := out.close(runErr); err != nil && runErr == nil {
 		runErr = err
 	}
@@ -208,6 +234,8 @@ func runClassify(ctx context.Context, o *classifyOptions, ios *IOStreams, log *s
 		log.Warn("interrupted: finished rows are written; rows not_attempted can be redone with --resume")
 	case sum.Stop.ProviderStop():
 		return &exitError{code: code, err: fmt.Errorf("stopped sending (%s): %s", sum.Stop, sum.StopDetail)}
+	case sum.Stop == engine.StopMaxSpend:
+		return &exitError{code: code, err: errors.New(spendAdvice(sum, "finish with --resume and a higher --max-spend"))}
 	}
 	return silentExit(code)
 }
@@ -226,6 +254,8 @@ func exitFor(sum engine.Summary, runErr error, failOn failPolicy) verdict {
 	case sum.Stop.ProviderStop():
 		// Not a matter of tolerating failed rows: none could succeed.
 		v.Code, v.Reason = ExitRowsFailed, reasonProviderStop
+	case sum.Stop == engine.StopMaxSpend:
+		v.Code, v.Reason = ExitRowsFailed, reasonMaxSpend
 	}
 	return v
 }

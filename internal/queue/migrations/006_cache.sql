@@ -35,15 +35,13 @@ alter table hfsent.result add column cost_usd double precision;
 alter table hfsent.result add column cached bool not null default false;
 
 -- budget.max_spend: the fleet's limit in USD on what its members spend
--- since it was set (0: none); spent: what they have spent since, each
--- member adding its own at its renewals; spend_since: when it was set.
+-- (0: none); spent: what they have spent since the budget was made, each
+-- member adding its own at its renewals.
 alter table hfsent.budget add column max_spend double precision not null default 0 check (max_spend >= 0);
 alter table hfsent.budget add column spent double precision not null default 0;
-alter table hfsent.budget add column spend_since timestamptz;
 
 ---- create above / drop below ----
 
-alter table hfsent.budget drop column spend_since;
 alter table hfsent.budget drop column spent;
 alter table hfsent.budget drop column max_spend;
 alter table hfsent.result drop column cached;
