@@ -85,25 +85,12 @@ func dsn(path string) string {
 }
 
 // init checks the file is this format's cache, or makes it one when it is
-// new, then prepares the statements.
+// new, then prepares the statements. The check and the making are one
+// write transaction: two processes opening a new file at once take turns,
+// and the second finds the first's cache.
 func (f *File) init(ctx context.Context) error {
-	var app, ver int64
-	if err := f.db.QueryRowContext(ctx, "pragma application_id").Scan(&app); err != nil {
-		return classify(err)
-	}
-	if err := f.db.QueryRowContext(ctx, "pragma user_version").Scan(&ver); err != nil {
-		return classify(err)
-	}
-	switch {
-	case app == appID && ver > fileFormat:
-		return fmt.Errorf("%w (format %d; this one reads format %d)", ErrNewer, ver, fileFormat)
-	case app == appID && ver == fileFormat:
-	case app == 0 && ver == 0:
-		if err := f.create(ctx); err != nil {
-			return err
-		}
-	default:
-		return ErrForeign
+	if err := f.check(ctx); err != nil {
+		return err
 	}
 	// WAL is kept in the file: set once, a no-op after.
 	var mode string
@@ -139,25 +126,37 @@ pragma application_id = 1751544675;
 pragma user_version = 1;
 `
 
-// create makes a new file a cache; another process may be doing the same
-// (every statement holds if it has).
-func (f *File) create(ctx context.Context) error {
-	var tables int
-	if err := f.db.QueryRowContext(ctx, "select count(*) from sqlite_master").Scan(&tables); err != nil {
+// check reads the file's marks, and makes a new file a cache.
+func (f *File) check(ctx context.Context) error {
+	conn, err := f.db.Conn(ctx)
+	if err != nil {
 		return classify(err)
 	}
-	if tables > 0 {
-		return ErrForeign // someone's database, with no hfsent mark
-	}
-	// Freed pages can be handed back (cache clear): set before any table.
-	if _, err := f.db.ExecContext(ctx, "pragma auto_vacuum = incremental"); err != nil {
+	defer conn.Close()
+	// Freed pages can be handed back (cache clear): the setting applies
+	// when the first table is made, on this connection, and is a no-op on
+	// a file that has tables (and inside a transaction, so it comes first).
+	if _, err := conn.ExecContext(ctx, "pragma auto_vacuum = incremental"); err != nil {
 		return classify(err)
 	}
-	tx, err := f.db.BeginTx(ctx, nil)
+	tx, err := conn.BeginTx(ctx, nil) // immediate: the write lock, now
 	if err != nil {
 		return classify(err)
 	}
 	defer tx.Rollback()
+	var app, ver, tables int64
+	if err := tx.QueryRowContext(ctx, "select (select application_id from pragma_application_id()), (select user_version from pragma_user_version()), (select count(*) from sqlite_master)").
+		Scan(&app, &ver, &tables); err != nil {
+		return classify(err)
+	}
+	switch {
+	case app == appID && ver > fileFormat:
+		return fmt.Errorf("%w (format %d; this one reads format %d)", ErrNewer, ver, fileFormat)
+	case app == appID && ver == fileFormat:
+		return nil
+	case app != 0 || ver != 0 || tables > 0:
+		return ErrForeign // someone's database, with no hfsent mark
+	}
 	if _, err := tx.ExecContext(ctx, schema); err != nil {
 		return classify(err)
 	}

@@ -307,3 +307,26 @@ func TestClearAndTotals(t *testing.T) {
 		t.Fatalf("clear: %d", n)
 	}
 }
+
+// TestNewFileOpenedAtOnce: openings of a new file at the same moment (two
+// processes starting together) all find it a cache; none calls it foreign.
+func TestNewFileOpenedAtOnce(t *testing.T) {
+	for range 5 {
+		dir := t.TempDir()
+		errs := make(chan error, 8)
+		for range 8 {
+			go func() {
+				f, err := OpenFile(context.Background(), dir, 0)
+				if err == nil {
+					f.Close()
+				}
+				errs <- err
+			}()
+		}
+		for range 8 {
+			if err := <-errs; err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
