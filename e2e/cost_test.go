@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/hfsent/hfsent/internal/fakehf"
+	"github.com/hfsent/hfsent/internal/queue/pgtest"
 )
 
 // costFlags: the fake chat server, a cache directory, prices.
@@ -291,5 +292,54 @@ func TestDryRunMakesNoCall(t *testing.T) {
 	r = runBin(t, []string{"HF_TOKEN=hf_x"}, append([]string{"classify", in, "-o", out, "--dry-run"}, costFlags(srv.URL, cacheDir)...)...)
 	if !strings.Contains(r.stderr, "would_send=0 cache_hits=99") || f.Calls() != 99 {
 		t.Fatalf("dry run after: %s (%d calls)", r.stderr, f.Calls())
+	}
+}
+
+// TestFleetCacheInTheDatabase: a worker keeps its answers in the batch's
+// PostgreSQL, with their cost; a second batch of the same texts is
+// answered by another worker from there, with no call, cached in the
+// export, and queue status shows the spend and the hits.
+func TestFleetCacheInTheDatabase(t *testing.T) {
+	db := pgtest.URL(t)
+	f := &fakehf.Chat{}
+	srv := fakehf.StartChat(f)
+	defer srv.Close()
+	rows := clientRows("c", 40)
+	push := []string{"--provider", "chat", "--model", "meta-llama/Llama-3.1-8B-Instruct", "--labels", "positive,negative"}
+	pushBatch(t, db, "first", rows, push...)
+	flags := chatFlags(srv.URL, "--price-in", "0.15", "--price-out", "0.6")
+	w := startWorker(t, db, append([]string{"--batch", "first", "--exit-when-done"}, flags...)...)
+	if code := w.wait(t); code != 0 {
+		t.Fatalf("worker exit %d\n%s", code, w.stderr.String())
+	}
+	calls := f.Calls()
+	for _, r := range exportRows(t, db, "first") {
+		if v, err := strconv.ParseFloat(r["cost_usd"], 64); err != nil || v <= 0 || r["cached"] != "false" {
+			t.Fatalf("export row %v", r)
+		}
+	}
+	pushBatch(t, db, "second", rows, push...)
+	w = startWorker(t, db, append([]string{"--batch", "second", "--exit-when-done"}, flags...)...)
+	if code := w.wait(t); code != 0 {
+		t.Fatalf("second worker exit %d\n%s", code, w.stderr.String())
+	}
+	if f.Calls() != calls {
+		t.Fatalf("the second batch made %d calls", f.Calls()-calls)
+	}
+	for _, r := range exportRows(t, db, "second") {
+		if r["cached"] != "true" || r["attempts"] != "0" || r["cost_usd"] != "0" || r["outcome"] != "success" {
+			t.Fatalf("export row %v", r)
+		}
+	}
+	st := runBin(t, qenv(db), "queue", "status", "--batch", "first")
+	if st.code != 0 || !strings.Contains(st.stdout, "spend:    cost_usd=") {
+		t.Fatalf("queue status: %d\n%s%s", st.code, st.stdout, st.stderr)
+	}
+	st = runBin(t, qenv(db), "queue", "status", "--batch", "second")
+	if !strings.Contains(st.stdout, "cache_hits=40") {
+		t.Fatalf("queue status of the second batch:\n%s", st.stdout)
+	}
+	if cs := runBin(t, nil, "cache", "stats", "--db", db); cs.code != 0 || !strings.Contains(cs.stdout, "entries  40") || !strings.Contains(cs.stdout, "hits     40") {
+		t.Fatalf("cache stats --db: %d\n%s%s", cs.code, cs.stdout, cs.stderr)
 	}
 }
