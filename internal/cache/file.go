@@ -102,20 +102,22 @@ func (f *File) init(ctx context.Context) error {
 	if f.get, err = f.db.PrepareContext(ctx, qs); err != nil {
 		return classify(err)
 	}
-	f.put, err = f.db.PrepareContext(ctx, "insert or replace into entry (key, at, val, sum) values (?, ?, ?, ?)")
+	f.put, err = f.db.PrepareContext(ctx, "insert or replace into entry (key, seq, at, val, sum) values (?, (select coalesce(max(seq), 0) + 1 from entry), ?, ?, ?)")
 	return classify(err)
 }
 
-// schema is the cache's tables: entry in insertion order (seq: the oldest
-// go first), totals the hits and savings since the file was made.
+// schema is the cache's tables: entry by key (one b-tree walk a lookup),
+// seq its place in the order entries were stored (the oldest go first),
+// totals the hits and savings since the file was made.
 const schema = `
 create table if not exists entry (
-	seq integer primary key,
-	key blob not null unique,
+	key blob primary key,
+	seq integer not null,
 	at  integer not null,
 	val blob not null,
 	sum blob not null
-);
+) without rowid;
+create index if not exists entry_seq on entry (seq);
 create table if not exists totals (
 	id integer primary key check (id = 1),
 	hits integer not null, saved_prompt integer not null, saved_completion integer not null,
@@ -262,7 +264,7 @@ func fit(ctx context.Context, tx *sql.Tx, maxBytes int64) error {
 	n := hi.Int64 - lo.Int64 + 1 // about the entries: replaced ones leave gaps
 	per := max(1, bytes/n)
 	drop := max((bytes-maxBytes*9/10)/per, n/50, 1)
-	_, err := tx.ExecContext(ctx, "delete from entry where seq in (select seq from entry order by seq limit ?)", drop)
+	_, err := tx.ExecContext(ctx, "delete from entry where seq <= coalesce((select seq from entry order by seq limit 1 offset ?), (select max(seq) from entry))", drop-1)
 	return err
 }
 

@@ -20,7 +20,12 @@ const lookupBatch = 64
 
 // cachedJob is what admission knows of a job's cache entry.
 type cachedJob struct {
-	hit *cache.Entry // found: the row is answered with it
+	// key is the request's (keyed: it could be made), made when the job
+	// is submitted, on the submitter's goroutine (classify's reader, a
+	// request's handler): admission only looks it up.
+	key   cache.Key
+	keyed bool
+	hit   *cache.Entry // found: the row is answered with it
 	// usage is what the call that answered cost (the last, not its
 	// retries): what a later hit saves.
 	usage provider.Usage
@@ -98,8 +103,8 @@ func (p *Pipeline) lookup(jobs []*Job) {
 	keys := make([]cache.Key, 0, len(jobs))
 	idx := make([]int, 0, len(jobs))
 	for i, j := range jobs {
-		if k, ok := p.cfg.Keys.Key(j.Row.Text); ok {
-			keys = append(keys, k)
+		if j.cache.keyed {
+			keys = append(keys, j.cache.key)
 			idx = append(idx, i)
 		}
 	}
@@ -108,6 +113,13 @@ func (p *Pipeline) lookup(jobs []*Job) {
 			e := h.Entry
 			jobs[idx[n]].cache.hit = &e
 		}
+	}
+}
+
+// keyJob makes j's key, if there is a cache.
+func (p *Pipeline) keyJob(j *Job) {
+	if p.cfg.Cache != nil && p.cfg.Keys != nil {
+		j.cache.key, j.cache.keyed = p.cfg.Keys.Key(j.Row.Text)
 	}
 }
 

@@ -263,6 +263,7 @@ func (p *Pipeline) Submit(j *Job) {
 	if j.At.IsZero() {
 		j.At = time.Now()
 	}
+	p.keyJob(j)
 	p.jobs.Add(1)
 	p.admitq <- j
 }
