@@ -92,10 +92,8 @@ func (f *File) init(ctx context.Context) error {
 	if err := f.check(ctx); err != nil {
 		return err
 	}
-	// WAL is kept in the file: set once, a no-op after.
-	var mode string
-	if err := f.db.QueryRowContext(ctx, "pragma journal_mode = wal").Scan(&mode); err != nil {
-		return classify(err)
+	if err := f.wal(ctx); err != nil {
+		return err
 	}
 	qs := "select key, at, val, sum from entry where key in (?" + strings.Repeat(",?", getBatch-1) + ")"
 	var err error
@@ -104,6 +102,38 @@ func (f *File) init(ctx context.Context) error {
 	}
 	f.put, err = f.db.PrepareContext(ctx, "insert or replace into entry (key, seq, at, val, sum) values (?, (select coalesce(max(seq), 0) + 1 from entry), ?, ?, ?)")
 	return classify(err)
+}
+
+// wal puts the file in WAL mode (kept in the file: set once). Changing
+// the mode needs the file to itself, and SQLite answers busy at once
+// rather than wait while another process has it open (two starting on a
+// new file together): it is asked again, until the other has set it.
+func (f *File) wal(ctx context.Context) error {
+	for try := 0; ; try++ {
+		var mode string
+		err := f.db.QueryRowContext(ctx, "pragma journal_mode").Scan(&mode)
+		if err == nil && strings.EqualFold(mode, "wal") {
+			return nil
+		}
+		if err == nil {
+			err = f.db.QueryRowContext(ctx, "pragma journal_mode = wal").Scan(&mode)
+		}
+		var se *sqlite.Error
+		if err == nil && strings.EqualFold(mode, "wal") {
+			return nil
+		}
+		if err != nil && (!errors.As(err, &se) || se.Code()&0xff != 5) { // not SQLITE_BUSY
+			return classify(err)
+		}
+		if try >= 200 {
+			return fmt.Errorf("cannot put the file in WAL mode (journal mode %q): another process holds it (%v)", mode, err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
 }
 
 // schema is the cache's tables: entry by key (one b-tree walk a lookup),
@@ -196,13 +226,17 @@ func (f *File) Get(ctx context.Context, keys []Key) ([]Stored, error) {
 		}
 		for rows.Next() {
 			var s Stored
-			var key []byte
-			if err := rows.Scan(&key, &s.AtMs, &s.Val, &s.Sum); err != nil {
+			var key, val, sum sql.RawBytes
+			if err := rows.Scan(&key, &s.AtMs, &val, &sum); err != nil {
 				rows.Close()
 				return nil, classify(err)
 			}
 			if len(key) == len(s.Key) {
+				// One copy for both: RawBytes are the driver's until Next.
+				buf := make([]byte, len(val)+len(sum))
 				copy(s.Key[:], key)
+				s.Val, s.Sum = buf[:copy(buf, val)], buf[len(val):]
+				copy(s.Sum, sum)
 				out = append(out, s)
 			}
 		}
