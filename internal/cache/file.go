@@ -73,15 +73,19 @@ func OpenFile(ctx context.Context, dir string, maxBytes int64) (*File, error) {
 }
 
 // dsn is the file's URI (escaped: a directory may hold '?' or '#'), each
-// connection waiting up to 10 s for another process's write, and syncing
-// at checkpoints only (WAL: a process killed loses nothing committed).
+// connection waiting up to 10 s for another process's write, syncing at
+// checkpoints only (WAL: a process killed loses nothing committed), and
+// reading the file's first 48 MiB through a memory map: a lookup then
+// costs no read(2) (about a third of a hit's time), and what the map adds
+// to the resident set is bounded (the file's pages, shared with the
+// kernel's cache).
 func dsn(path string) string {
 	p := filepath.ToSlash(path)
 	if !strings.HasPrefix(p, "/") {
 		p = "/" + p // a Windows drive
 	}
 	return "file:" + (&url.URL{Path: p}).EscapedPath() +
-		"?_pragma=busy_timeout(10000)&_pragma=synchronous(NORMAL)&_txlock=immediate"
+		"?_pragma=busy_timeout(10000)&_pragma=synchronous(NORMAL)&_pragma=mmap_size(50331648)&_txlock=immediate"
 }
 
 // init checks the file is this format's cache, or makes it one when it is
