@@ -259,6 +259,25 @@ func (f *File) Get(ctx context.Context, keys []Key) ([]Stored, error) {
 // entries go (checked every fitEvery entries, and down to nine tenths, so
 // that eviction is seldom).
 func (f *File) Put(ctx context.Context, entries []Stored) error {
+	return f.write(ctx, func(tx *sql.Tx) error {
+		st := tx.StmtContext(ctx, f.put)
+		for _, e := range entries {
+			if _, err := st.ExecContext(ctx, e.Key[:], e.AtMs, e.Val, e.Sum); err != nil {
+				return err
+			}
+		}
+		f.sinceFit += len(entries)
+		if f.maxBytes > 0 && f.sinceFit >= fitEvery {
+			f.sinceFit = 0
+			return fit(ctx, tx, f.maxBytes)
+		}
+		return nil
+	})
+}
+
+// write runs do in one write transaction, one writer of the process at a
+// time.
+func (f *File) write(ctx context.Context, do func(tx *sql.Tx) error) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	tx, err := f.db.BeginTx(ctx, nil)
@@ -266,18 +285,8 @@ func (f *File) Put(ctx context.Context, entries []Stored) error {
 		return classify(err)
 	}
 	defer tx.Rollback()
-	st := tx.StmtContext(ctx, f.put)
-	for _, e := range entries {
-		if _, err := st.ExecContext(ctx, e.Key[:], e.AtMs, e.Val, e.Sum); err != nil {
-			return classify(err)
-		}
-	}
-	f.sinceFit += len(entries)
-	if f.maxBytes > 0 && f.sinceFit >= fitEvery {
-		f.sinceFit = 0
-		if err := fit(ctx, tx, f.maxBytes); err != nil {
-			return classify(err)
-		}
+	if err := do(tx); err != nil {
+		return classify(err)
 	}
 	return classify(tx.Commit())
 }
@@ -308,19 +317,14 @@ func fit(ctx context.Context, tx *sql.Tx, maxBytes int64) error {
 
 // Delete implements Store.
 func (f *File) Delete(ctx context.Context, keys []Key) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	tx, err := f.db.BeginTx(ctx, nil)
-	if err != nil {
-		return classify(err)
-	}
-	defer tx.Rollback()
-	for _, k := range keys {
-		if _, err := tx.ExecContext(ctx, "delete from entry where key = ?", k[:]); err != nil {
-			return classify(err)
+	return f.write(ctx, func(tx *sql.Tx) error {
+		for _, k := range keys {
+			if _, err := tx.ExecContext(ctx, "delete from entry where key = ?", k[:]); err != nil {
+				return err
+			}
 		}
-	}
-	return classify(tx.Commit())
+		return nil
+	})
 }
 
 // AddTotals implements Store.

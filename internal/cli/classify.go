@@ -178,11 +178,7 @@ func runClassify(ctx context.Context, o *classifyOptions, ios *IOStreams, log *s
 	}
 	// Run after the run: no call is in flight any more.
 	defer leaveBudget(true)
-	guard, err := o.prov.open(ios, log, nil)
-	if err != nil {
-		return err
-	}
-	rc, closeDB, err := o.cost.openCache(ctx, ios, log, &o.prov, nil, o.db.url)
+	guard, rc, closeDB, err := o.cost.openGuarded(ctx, ios, log, &o.prov, nil, o.db.url)
 	if err != nil {
 		return err
 	}

@@ -189,6 +189,21 @@ func (o *costOptions) openCache(ctx context.Context, ios *IOStreams, log *slog.L
 	return cache.New(f, cache.Options{Logger: log, Advice: advice}), noop, nil
 }
 
+// openGuarded opens the guarded provider the flags ask for (prov.open),
+// then the response cache beside it (openCache: dbURL is a budget member's
+// --db); closeDB closes what the cache holds open, after the cache.
+func (o *costOptions) openGuarded(ctx context.Context, ios *IOStreams, log *slog.Logger, prov *providerOptions, counters *resilience.Counters, dbURL string) (*resilience.Guard, *cache.Cache, func(), error) {
+	guard, err := prov.open(ios, log, counters)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	rc, closeDB, err := o.openCache(ctx, ios, log, prov, nil, dbURL)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return guard, rc, closeDB, nil
+}
+
 func (o *costOptions) pgCache(ctx context.Context, log *slog.Logger, db *queue.DB, advice string) (*cache.Cache, error) {
 	if err := db.Check(ctx); err != nil {
 		return nil, queueError(err)

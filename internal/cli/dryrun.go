@@ -28,11 +28,7 @@ const dryRunLatency = 500 * time.Millisecond
 func runDryRun(ctx context.Context, o *classifyOptions, ios *IOStreams, log *slog.Logger, src *input.Reader, ledger *spend.Ledger) error {
 	// The client is built as a run builds it (the same checks: the token,
 	// the endpoint), but nothing is sent through it.
-	guard, err := o.prov.open(ios, log, nil)
-	if err != nil {
-		return err
-	}
-	rc, closeDB, err := o.cost.openCache(ctx, ios, log, &o.prov, nil, o.db.url)
+	guard, rc, closeDB, err := o.cost.openGuarded(ctx, ios, log, &o.prov, nil, o.db.url)
 	if err != nil {
 		return err
 	}

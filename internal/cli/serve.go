@@ -238,11 +238,7 @@ func runServe(ctx context.Context, o *serveOptions, ios *IOStreams, log *slog.Lo
 	}
 	// Run once the server has drained: no call is in flight any more.
 	defer leaveBudget(true)
-	guard, err := o.prov.open(ios, log, counters)
-	if err != nil {
-		return err
-	}
-	rc, closeDB, err := o.cost.openCache(ctx, ios, log, &o.prov, nil, o.db.url)
+	guard, rc, closeDB, err := o.cost.openGuarded(ctx, ios, log, &o.prov, counters, o.db.url)
 	if err != nil {
 		return err
 	}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"net/http"
+	"net/http/httptest"
 	"testing"
 	"time"
 
@@ -243,5 +245,63 @@ func TestMaxSpendStopsAndTheRestGoesOn(t *testing.T) {
 	sum, _ = r.run(t, in)
 	if sum.Counts[outcome.Success] != 200 || sum.Stop != StopNone || sum.CacheHits != done {
 		t.Fatalf("outcomes %v, stop %q, hits %d", sum.Counts, sum.Stop, sum.CacheHits)
+	}
+}
+
+// TestFallbackAnswersAreStoredUnderTheFallbacksKey: while the primary is
+// down, the fallback's answers are stored under the request the fallback
+// was sent (not the primary's): a later run that asks the fallback's model
+// there as its primary finds them, and a run of the primary does not.
+func TestFallbackAnswersAreStoredUnderTheFallbacksKey(t *testing.T) {
+	down := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(500) }))
+	defer down.Close()
+	fbFake := &fakehf.Chat{}
+	fbSrv := fakehf.StartChat(fbFake)
+	defer fbSrv.Close()
+	labels := []string{"positive", "negative"}
+	newChat := func(model, url string) *provider.Chat {
+		c, err := provider.NewChat(provider.ChatConfig{Model: model, Endpoint: url + "/v1/chat/completions", Labels: labels, Timeout: 5 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	dir := t.TempDir()
+	open := func() *cache.Cache {
+		f, err := cache.OpenFile(context.Background(), dir, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cache.New(f, cache.Options{})
+	}
+	in := texts(20, "review %d: a lovely repair")
+	primary, fb := newChat("m", down.URL), newChat("fb", fbSrv.URL)
+	g := resilience.Build(primary, resilience.Config{Concurrency: 1, Retries: 0, BreakerMinCalls: 1, BreakerThreshold: 0.01,
+		BreakerCooldown: time.Hour, Fallback: fb})
+	c := open()
+	pk, _ := cache.NewKeyer("chat", primary)
+	fk, _ := cache.NewKeyer("chat", fb)
+	sum, err := Run(context.Background(), &listSource{texts: in}, &keepSink{}, g, Config{Cache: c, Keys: &pk, FallbackKeys: &fk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Close(context.Background())
+	if sum.Counts[outcome.Fallback] < 15 {
+		t.Fatalf("outcomes %v", sum.Counts)
+	}
+	// The fallback's model as the primary: its answers are there.
+	r := chatRun{url: fbSrv.URL + "/v1/chat/completions", model: "fb", dir: dir}
+	calls := fbFake.Calls()
+	got, _ := r.run(t, in)
+	if got.CacheHits != sum.Counts[outcome.Fallback] || fbFake.Calls()-calls != int64(len(in))-got.CacheHits {
+		t.Fatalf("%d hits for %d fallback answers, %d calls", got.CacheHits, sum.Counts[outcome.Fallback], fbFake.Calls()-calls)
+	}
+	// The primary's own requests were never answered: no hit.
+	again := resilience.Build(newChat("m", down.URL), resilience.Config{Concurrency: 1, Retries: 0})
+	c = open()
+	defer c.Close(context.Background())
+	s2, _ := Run(context.Background(), &listSource{texts: in}, &keepSink{}, again, Config{Cache: c, Keys: &pk})
+	if s2.CacheHits != 0 {
+		t.Fatalf("the primary's requests hit %d fallback answers", s2.CacheHits)
 	}
 }
