@@ -58,8 +58,16 @@ ids are written back exactly as read (a CRLF inside a quoted text stays CRLF).
 Columns written: request_id, status, label, score, outcome, model, attempts,
 latency_ms, error, queued_ms, started_ms, finished_ms (and text with
 --include-text), then prompt_tokens, completion_tokens (a chat model's
-usage; blank otherwise). Outcome codes and exit codes are listed in the
-README.
+usage; blank otherwise), cost_usd (the row's calls at --price-in/--price-out
+or --prices; blank without a price) and cached (true when the response cache
+answered the row, without a call). Outcome codes and exit codes are listed
+in the README.
+
+Every final answer is kept in a response cache across runs, under the key of
+the exact request (--cache-dir, default the user's cache directory/hfsent;
+--no-cache bypasses it): the same request is never paid for twice.
+--dry-run prints what a run would send, cost and take, without a call;
+--max-spend stops a run before it spends more.
 Text, label and error that begin with = + - @ tab or CR get a leading ' so
 that a spreadsheet does not run them as formulas (--raw-csv: as they are);
 request_id is written exactly as read.
@@ -80,7 +88,13 @@ The token comes from HF_TOKEN, else the Hugging Face token file
 
   # a chat model on the router, choosing among labels
   hfsent classify feedback.csv -o results.csv --provider chat \
-    --model meta-llama/Llama-3.1-8B-Instruct:cerebras --labels positive,negative,neutral`,
+    --model meta-llama/Llama-3.1-8B-Instruct:cerebras --labels positive,negative,neutral
+
+  # the bill before, and a cap on it
+  hfsent classify feedback.csv --provider chat --model gpt-4o-mini --labels positive,negative \
+    --endpoint https://api.openai.com/v1/chat/completions --token-env OPENAI_API_KEY \
+    --price-in 0.15 --price-out 0.6 --dry-run
+  hfsent classify feedback.csv -o results.csv ... --price-in 0.15 --price-out 0.6 --max-spend 5`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.input = args[0]
