@@ -183,8 +183,16 @@ func (o *costOptions) openCache(ctx context.Context, ios *IOStreams, log *slog.L
 		}
 	}
 	f, err := cache.OpenFile(ctx, dir, o.cacheMax.n)
-	if err != nil {
+	switch {
+	case errors.Is(err, cache.ErrDamaged), errors.Is(err, cache.ErrForeign), errors.Is(err, cache.ErrNewer):
+		// Its answers may be wanted: the user decides.
 		return nil, noop, cacheOpenError(err, dir)
+	case err != nil:
+		// A directory that cannot be written, a full disk: the run goes on
+		// without the cache, which only ever spares calls.
+		log.Warn("the response cache cannot be opened: this run makes every call; give another --cache-dir, or pass --no-cache",
+			"dir", dir, "err", unwrapPathError(err).Error())
+		return nil, noop, nil
 	}
 	return cache.New(f, cache.Options{Logger: log, Advice: advice}), noop, nil
 }
@@ -221,7 +229,7 @@ func cacheOpenError(err error, dir string) error {
 	case errors.Is(err, cache.ErrNewer):
 		return usageErrorf("%v: use that hfsent, another --cache-dir, or `hfsent cache clear%s` to start a new one", err, flag)
 	}
-	return usageErrorf("cannot open the response cache in %s: %v; give another --cache-dir, or pass --no-cache", dir, unwrapPathError(err))
+	return usageErrorf("cannot open the response cache in %s: %v; give another --cache-dir", dir, unwrapPathError(err))
 }
 
 // cacheConfig sets the engine's cache: the keys of the primary's requests

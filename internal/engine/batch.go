@@ -23,26 +23,36 @@ type item struct {
 // stopped (not_attempted), when its text's answer is known (reused at once),
 // or when the same text is in flight (a waiter takes it, without a slot:
 // its answer costs nothing, so it must not hold a slot a call could use).
+//
+// A text answered earlier in the run is reused (dedupe) before the
+// response cache is asked, so that reused counts what it always did; a
+// cache hit that leads its text's flight gives its answer to the rows
+// waiting on it.
 func (p *Pipeline) claim(j *Job) (item, bool) {
-	if j.cache.hit != nil && (p.admitCtx.Err() == nil || p.answersHits()) {
-		p.finishCached(j)
-		return item{}, false
-	}
-	if p.admitCtx.Err() != nil {
+	hit := j.cache.hit != nil
+	if p.admitCtx.Err() != nil && (!hit || !p.answersHits()) {
 		p.finishNotAttempted(j)
 		return item{}, false
 	}
 	if p.cache == nil {
+		if hit {
+			p.finishCached(j)
+			return item{}, false
+		}
 		return item{job: j}, true
 	}
 	k := p.cache.Key(j.Row.Text)
 	v, st, f := p.cache.Claim(k)
-	switch st {
-	case dedupe.Hit:
+	switch {
+	case st == dedupe.Hit:
 		p.finishReused(j, v)
 		return item{}, false
-	case dedupe.Wait:
+	case st == dedupe.Wait:
 		go p.follow(j, k, f)
+		return item{}, false
+	case hit:
+		it := item{job: j, key: k, flight: f}
+		p.release(it, p.finishCached(j))
 		return item{}, false
 	}
 	return item{job: j, key: k, flight: f}, true

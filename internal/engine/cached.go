@@ -131,8 +131,9 @@ func (p *Pipeline) answersHits() bool {
 	return r == StopNone || r == StopMaxSpend || r.ProviderStop()
 }
 
-// finishCached answers j from the cache: no call, no slot, attempts 0.
-func (p *Pipeline) finishCached(j *Job) {
+// finishCached answers j from the cache: no call, no slot, attempts 0. It
+// returns the row it finished j with.
+func (p *Pipeline) finishCached(j *Job) results.Row {
 	e := j.cache.hit
 	p.cacheHits.Add(1)
 	res := results.Row{Outcome: outcome.Success, Label: e.Label, Score: e.Score, Model: e.Model, StartedMs: -1, Cached: true}
@@ -142,6 +143,7 @@ func (p *Pipeline) finishCached(j *Job) {
 		}
 	}
 	p.finish(j, res)
+	return res
 }
 
 // store keeps a row's final, usable answer: a success under its request's
