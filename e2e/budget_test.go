@@ -208,7 +208,9 @@ func startFleet(t *testing.T, db, budget, batch string, latency time.Duration, n
 	f := &fleet{}
 	f.meter, f.srv = newMeter(&fakehf.Fake{Latency: latency, NoRecord: true})
 	t.Cleanup(f.srv.Close)
-	common := append([]string{"--endpoint", f.srv.URL, "-c", "12", "--timeout", "2s"}, extra...)
+	// No response cache: these tests measure the calls at the provider, and
+	// the cache would answer the load's repeated texts without one.
+	common := append([]string{"--endpoint", f.srv.URL, "-c", "12", "--timeout", "2s", "--no-cache"}, extra...)
 	if budget != "" {
 		common = append(common, "--budget", budget)
 	}
@@ -487,7 +489,7 @@ func scriptedFleet(t *testing.T, db, budget string, nServe int, script func(n in
 	f.meter, f.srv = newMeter(fake)
 	t.Cleanup(f.srv.Close)
 	for range nServe {
-		f.servers = append(f.servers, startServe(t, append([]string{"--endpoint", f.srv.URL, "-c", "6", "--timeout", "2s",
+		f.servers = append(f.servers, startServe(t, append([]string{"--endpoint", f.srv.URL, "-c", "6", "--timeout", "2s", "--no-cache",
 			"--retries", "0", "--budget", budget, "--db", db}, extra...)...))
 	}
 	return f

@@ -66,7 +66,7 @@ func TestOutputFileAndStdoutStaysClean(t *testing.T) {
 		t.Fatalf("exit %d, stdout %q", r.code, r.stdout)
 	}
 	b, err := os.ReadFile(out)
-	if err != nil || !bytes.HasPrefix(b, []byte("request_id,status,label,score,outcome,model,attempts,latency_ms,error,queued_ms,started_ms,finished_ms,prompt_tokens,completion_tokens\n")) {
+	if err != nil || !bytes.HasPrefix(b, []byte("request_id,status,label,score,outcome,model,attempts,latency_ms,error,queued_ms,started_ms,finished_ms,prompt_tokens,completion_tokens,cost_usd,cached\n")) {
 		t.Fatalf("results file: %v\n%s", err, b)
 	}
 }

@@ -258,14 +258,16 @@ func TestQueueKill9AttemptsCountTheLostCall(t *testing.T) {
 	rows := append(clientRows("a", 150), clientRows("b", 150)...)
 	// Two clients: no reserved rows, so every row sent was claimed first.
 	pushBatch(t, db, "k9a", rows, "--global-cap", "8", "--lease", "2s", "--client-column", "client")
-	victim := startWorker(t, db, "--batch", "k9a", "--endpoint", srv.URL, "-c", "4", "--retries", "0")
+	// No response cache: a claim lost with its worker counts as one call
+	// (result.claims), which a claim the cache answered did not make.
+	victim := startWorker(t, db, "--batch", "k9a", "--endpoint", srv.URL, "-c", "4", "--retries", "0", "--no-cache")
 	waitDone(t, db, "k9a", 20)
 	if err := victim.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	victim.wait(t)
 	for i := range 2 {
-		w := startWorker(t, db, "--batch", "k9a", "--endpoint", srv.URL, "-c", "4", "--retries", "0", "--exit-when-done")
+		w := startWorker(t, db, "--batch", "k9a", "--endpoint", srv.URL, "-c", "4", "--retries", "0", "--exit-when-done", "--no-cache")
 		if code := w.wait(t); code != 0 {
 			t.Fatalf("worker %d: exit %d\n%s", i, code, w.stderr.String())
 		}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/hfsent/hfsent/internal/queue"
 	"github.com/hfsent/hfsent/internal/resilience"
+	"github.com/hfsent/hfsent/internal/spend"
 )
 
 // Guard is what a member bounds and reads: resilience.Guard.
@@ -41,6 +42,10 @@ type MemberConfig struct {
 	Host         string
 	PID          int
 	Logger       *slog.Logger
+	// Ledger, when set, is what this process spent: each renewal adds
+	// what it spent since to the budget's, and gives the ledger the
+	// fleet's limit (budget set --max-spend) and the others' spend.
+	Ledger *spend.Ledger
 }
 
 // ServeWindow is how long a server's peak demand is asked for after it was
@@ -79,6 +84,10 @@ type Member struct {
 	// own): it asks for the most of them, so that a burst seen in the last
 	// ServeWindow is covered until it has not come back for that long.
 	peaks []int
+
+	// reported is what this member has added to the budget's spend (the
+	// loop's own).
+	reported float64
 
 	stop chan struct{}
 	wg   sync.WaitGroup
@@ -239,6 +248,24 @@ func (m *Member) renew(ctx context.Context) error {
 	if r.Open > 0 && r.OpenBy != m.id {
 		m.open(now, r.Open)
 	}
+	return m.reportSpend(rctx)
+}
+
+// reportSpend adds what this process spent since its last report to the
+// budget's, and tells the ledger the fleet's limit and the others' spend:
+// a fleet's --max-spend holds between renewals to within what the other
+// members spend in one.
+func (m *Member) reportSpend(ctx context.Context) error {
+	if m.cfg.Ledger == nil {
+		return nil
+	}
+	mine := m.cfg.Ledger.Totals().Spent
+	limit, total, err := m.store.AddSpend(ctx, m.cfg.Budget, mine-m.reported)
+	if err != nil {
+		return err
+	}
+	m.reported = mine
+	m.cfg.Ledger.SetFleet(limit, total-mine)
 	return nil
 }
 

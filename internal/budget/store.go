@@ -55,6 +55,9 @@ var (
 	sqlBudgets       = load("budgets")
 	sqlStatusMembers = load("status_members")
 	sqlDrop          = load("drop")
+
+	// A member's spend, after its renewal (with a ledger).
+	sqlSpend = load("spend")
 )
 
 // Channel is where members are told of a pause or an open breaker.
@@ -112,14 +115,27 @@ type Budget struct {
 	CreatedAt  time.Time
 	Members    int // live members (List)
 	Shares     int // their shares' sum (List)
+	// MaxSpend is the fleet's limit in USD (0: none); Spent what the
+	// members have spent since the budget was made (Get).
+	MaxSpend, Spent float64
 }
 
 // Set creates the budget or changes it; rps and floor nil keep what it
 // has (or take the defaults: no rate, a floor of 1). It reports whether it
 // created it.
-func (s *Store) Set(ctx context.Context, name string, capacity int, rps *float64, floor *int) (created bool, err error) {
-	err = s.pool.QueryRow(ctx, sqlSet, pgx.StrictNamedArgs{"name": name, "cap": capacity, "rps": rps, "floor": floor}).Scan(&created)
+func (s *Store) Set(ctx context.Context, name string, capacity int, rps *float64, floor *int, maxSpend *float64) (created bool, err error) {
+	err = s.pool.QueryRow(ctx, sqlSet, pgx.StrictNamedArgs{"name": name, "cap": capacity, "rps": rps, "floor": floor, "max_spend": maxSpend}).Scan(&created)
 	return created, err
+}
+
+// AddSpend adds delta USD to what the budget's members spent, and reads
+// its limit and total: ErrNoBudget when it is gone.
+func (s *Store) AddSpend(ctx context.Context, name string, delta float64) (limit, spent float64, err error) {
+	err = s.pool.QueryRow(ctx, sqlSpend, pgx.StrictNamedArgs{"budget": name, "delta": delta}).Scan(&limit, &spent)
+	if errors.Is(err, pgx.ErrNoRows) {
+		err = fmt.Errorf("%w %s (dropped?)", ErrNoBudget, strconv.Quote(name))
+	}
+	return limit, spent, err
 }
 
 // Get reads one budget: ErrNoBudget when there is none.
@@ -127,7 +143,7 @@ func (s *Store) Get(ctx context.Context, name string) (Budget, error) {
 	var b Budget
 	var paused, open int64
 	err := s.pool.QueryRow(ctx, sqlBudget, pgx.StrictNamedArgs{"name": name}).
-		Scan(&b.Name, &b.Cap, &b.RPS, &b.BatchFloor, &paused, &open, &b.OpenBy, &b.CreatedAt)
+		Scan(&b.Name, &b.Cap, &b.RPS, &b.BatchFloor, &paused, &open, &b.OpenBy, &b.CreatedAt, &b.MaxSpend, &b.Spent)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return b, fmt.Errorf("%w %s: create it with hfsent budget set %s --cap N", ErrNoBudget, strconv.Quote(name), shellWord(name))
 	}

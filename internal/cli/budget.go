@@ -100,9 +100,9 @@ func budgetName(args []string) (string, error) {
 func newBudgetSetCmd(ios *IOStreams, g *globalOptions) *cobra.Command {
 	o := &dbOptions{}
 	var capacity, floor int
-	var rps float64
+	var rps, maxSpend float64
 	cmd := &cobra.Command{
-		Use:   "set NAME --cap N [--rps R] [--batch-floor N]",
+		Use:   "set NAME --cap N [--rps R] [--batch-floor N] [--max-spend USD]",
 		Short: "Create a budget, or change its cap, rate or batch floor (idempotent)",
 		Long: `set creates the budget NAME or changes it: members take the new cap at their
 next renewal (within a second). --rps and --batch-floor keep their value when
@@ -128,6 +128,7 @@ upgraded first, as queue push does.`,
 				inRange("--cap", capacity, 1, maxBudgetCap, ""),
 				inRange("--rps", rps, minRPS, maxRPS, "no limit"),
 				inRange("--batch-floor", floor, 0, capacity, ""),
+				inRange("--max-spend", maxSpend, 0.000001, maxSpendCap, "no limit"),
 			} {
 				if err != nil {
 					return err
@@ -139,13 +140,17 @@ upgraded first, as queue push does.`,
 			if cmd.Flags().Changed("batch-floor") {
 				floorArg = &floor
 			}
+			var spendArg *float64
+			if cmd.Flags().Changed("max-spend") {
+				spendArg = &maxSpend
+			}
 			ctx := cmd.Context()
 			db, st, err := openBudgets(ctx, ios, o, true)
 			if err != nil {
 				return err
 			}
 			defer db.Close()
-			created, err := st.Set(ctx, name, capacity, rpsArg, floorArg)
+			created, err := st.Set(ctx, name, capacity, rpsArg, floorArg, spendArg)
 			if err != nil {
 				return budgetError(err)
 			}
@@ -157,7 +162,7 @@ upgraded first, as queue push does.`,
 			if created {
 				what = "created"
 			}
-			fmt.Fprintf(ios.ErrOut, "budget %s %s: cap=%d rps=%s batch_floor=%d\n", queue.Printable(name), what, b.Cap, rpsText(b.RPS), b.BatchFloor)
+			fmt.Fprintf(ios.ErrOut, "budget %s %s: cap=%d rps=%s batch_floor=%d max_spend=%s\n", queue.Printable(name), what, b.Cap, rpsText(b.RPS), b.BatchFloor, spendText(b.MaxSpend))
 			return nil
 		},
 	}
@@ -165,7 +170,15 @@ upgraded first, as queue push does.`,
 	cmd.Flags().IntVar(&capacity, "cap", 0, "calls in flight at most over every member (required; "+rangeHelp(1, maxBudgetCap)+")")
 	cmd.Flags().Float64Var(&rps, "rps", 0, "calls per second at most over every member, divided as the cap is (0: no limit, else "+rangeHelp(minRPS, maxRPS)+")")
 	cmd.Flags().IntVar(&floor, "batch-floor", 1, "slots every busy batch member (classify, worker) keeps however much servers want, so that batches never starve (0 to the cap)")
+	cmd.Flags().Float64Var(&maxSpend, "max-spend", 0, "USD the members may spend in all since the budget was made (their calls' reported usage at each member's prices): past it, members stop sending, as with --max-spend (0: no limit; kept when not given)")
 	return cmd
+}
+
+func spendText(v float64) string {
+	if v <= 0 {
+		return "none"
+	}
+	return fmtUSD(v)
 }
 
 func rpsText(r float64) string {
@@ -186,6 +199,8 @@ type budgetJSON struct {
 	OpenBy     string             `json:"breaker_open_by,omitempty"`
 	Shares     int                `json:"shares"`
 	InFlight   int                `json:"in_flight"`
+	MaxSpend   float64            `json:"max_spend_usd"`
+	Spent      float64            `json:"spent_usd"`
 	Members    []budget.MemberRow `json:"members"`
 }
 
@@ -283,7 +298,7 @@ func writeBudgetStatus(w io.Writer, s budget.Status, asJSON bool) error {
 		}
 		out, err := json.Marshal(budgetJSON{Name: b.Name, Cap: b.Cap, RPS: b.RPS, BatchFloor: b.BatchFloor,
 			PausedMs: b.Paused.Milliseconds(), OpenMs: b.Open.Milliseconds(), OpenBy: b.OpenBy,
-			Shares: shares, InFlight: inFlight, Members: members})
+			Shares: shares, InFlight: inFlight, MaxSpend: b.MaxSpend, Spent: roundUSD(b.Spent), Members: members})
 		if err != nil {
 			return err
 		}
@@ -301,6 +316,7 @@ func writeBudgetStatus(w io.Writer, s budget.Status, asJSON bool) error {
 		breaker = fmt.Sprintf("open, %s before %s probes", b.Open.Round(time.Millisecond), queue.Printable(b.OpenBy))
 	}
 	fmt.Fprintf(w, "pause: %s; breaker: %s\n", pause, breaker)
+	fmt.Fprintf(w, "spend: %s USD since the budget was made (members with prices report theirs); max_spend=%s\n", fmtUSD(b.Spent), spendText(b.MaxSpend))
 	fmt.Fprintf(w, "%-28s %8s %-9s %5s %6s %6s %9s %8s %5s %9s\n", "host", "pid", "kind", "share", "demand", "max", "in_flight", "rps", "live", "renewed")
 	for _, m := range s.Members {
 		fmt.Fprintf(w, "%-28s %8d %-9s %5d %6d %6d %9d %8s %5t %8dms\n", queue.Printable(m.Host), m.PID, queue.Printable(string(m.Kind)),
@@ -422,7 +438,7 @@ func (o *providerOptions) joinBudget(ctx context.Context, ios *IOStreams, log *s
 	host, _ := os.Hostname()
 	m, err := budget.Join(ctx, budget.NewStore(db.Pool), budget.MemberConfig{
 		Budget: o.budget.name, Kind: kind, Max: o.concurrency, Timeout: o.timeout,
-		Lease: o.budget.lease, Host: host, PID: os.Getpid(), Logger: log,
+		Lease: o.budget.lease, Host: host, PID: os.Getpid(), Logger: log, Ledger: o.ledger,
 	})
 	if err != nil {
 		if own {

@@ -35,6 +35,8 @@ type classifyOptions struct {
 	report      string
 	failOn      failPolicy
 	prog        progressOptions
+	cost        costOptions
+	dryRun      bool
 }
 
 func newClassifyCmd(ios *IOStreams, g *globalOptions) *cobra.Command {
@@ -56,8 +58,16 @@ ids are written back exactly as read (a CRLF inside a quoted text stays CRLF).
 Columns written: request_id, status, label, score, outcome, model, attempts,
 latency_ms, error, queued_ms, started_ms, finished_ms (and text with
 --include-text), then prompt_tokens, completion_tokens (a chat model's
-usage; blank otherwise). Outcome codes and exit codes are listed in the
-README.
+usage; blank otherwise), cost_usd (the row's calls at --price-in/--price-out
+or --prices; blank without a price) and cached (true when the response cache
+answered the row, without a call). Outcome codes and exit codes are listed
+in the README.
+
+Every final answer is kept in a response cache across runs, under the key of
+the exact request (--cache-dir, default the user's cache directory/hfsent;
+--no-cache bypasses it): the same request is never paid for twice.
+--dry-run prints what a run would send, cost and take, without a call;
+--max-spend stops a run before it spends more.
 Text, label and error that begin with = + - @ tab or CR get a leading ' so
 that a spreadsheet does not run them as formulas (--raw-csv: as they are);
 request_id is written exactly as read.
@@ -78,7 +88,13 @@ The token comes from HF_TOKEN, else the Hugging Face token file
 
   # a chat model on the router, choosing among labels
   hfsent classify feedback.csv -o results.csv --provider chat \
-    --model meta-llama/Llama-3.1-8B-Instruct:cerebras --labels positive,negative,neutral`,
+    --model meta-llama/Llama-3.1-8B-Instruct:cerebras --labels positive,negative,neutral
+
+  # the bill before, and a cap on it
+  hfsent classify feedback.csv --provider chat --model gpt-4o-mini --labels positive,negative \
+    --endpoint https://api.openai.com/v1/chat/completions --token-env OPENAI_API_KEY \
+    --price-in 0.15 --price-out 0.6 --dry-run
+  hfsent classify feedback.csv -o results.csv ... --price-in 0.15 --price-out 0.6 --max-spend 5`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.input = args[0]
@@ -95,6 +111,9 @@ The token comes from HF_TOKEN, else the Hugging Face token file
 	addProviderFlags(fs, &o.prov, batchProvider)
 	addDBFlags(fs, &o.db, false)
 	addEngineFlags(fs, &o.eng, batchEngine)
+	addCacheFlags(fs, &o.cost)
+	addPriceFlags(fs, &o.cost, true)
+	fs.BoolVar(&o.dryRun, "dry-run", false, "read and check INPUT as a run would, make no call, and print what the run would do: the rows it would send, the cache hits already there, the estimated tokens, cost (at the prices given) and time (at --tpm, --rps, -c); nothing is written but --summary-json")
 	fs.IntVar(&o.maxChars, "max-chars", 5000, "longer texts are invalid_input ("+rangeHelp(1, maxCharsLimit)+")")
 	fs.BoolVar(&o.resume, "resume", false, "keep rows already in --output whose outcome is final, process only the rest")
 	fs.DurationVar(&o.maxDuration, "max-duration", 0, "a deadline for the run: after this long no row is admitted and no call not yet sent is sent; calls in flight get 10s; the rest are not_attempted (0: no limit, up to "+show(maxRunDuration)+")")
@@ -131,6 +150,12 @@ func (o *classifyOptions) validate() error {
 	if err := o.validReport(); err != nil {
 		return err
 	}
+	if err := o.cost.validate(&o.prov); err != nil {
+		return err
+	}
+	if o.dryRun && o.resume {
+		return usageErrorf("--dry-run estimates a whole INPUT: leave --resume out")
+	}
 	return nil
 }
 
@@ -153,16 +178,25 @@ func runClassify(ctx context.Context, o *classifyOptions, ios *IOStreams, log *s
 		return usageError(err)
 	}
 	logInput(log, info.name, src)
+	ledger, err := o.cost.ledger(&o.prov)
+	if err != nil {
+		return err
+	}
+	o.prov.ledger = ledger
+	if o.dryRun {
+		return runDryRun(ctx, o, ios, log, src, ledger)
+	}
 	leaveBudget, err := o.prov.joinBudget(ctx, ios, log, &o.db, nil, budget.KindClassify)
 	if err != nil {
 		return err
 	}
 	// Run after the run: no call is in flight any more.
 	defer leaveBudget(true)
-	guard, err := o.prov.open(ios, log, nil)
+	guard, rc, closeDB, err := o.cost.openGuarded(ctx, ios, log, &o.prov, nil, o.db.url)
 	if err != nil {
 		return err
 	}
+	defer closeDB()
 	out, err := openOutput(o, ios, log, src, info)
 	if err != nil {
 		return err
@@ -183,8 +217,10 @@ func runClassify(ctx context.Context, o *classifyOptions, ios *IOStreams, log *s
 	cfg.ExpectedRows = info.total
 	cfg.Progress = bar.update
 	cfg.Logger = log
+	cacheConfig(&cfg, rc, guard)
 	sum, runErr := engine.Run(ctx, out.src, runSink, guard, cfg)
 	bar.finish()
+	closeCache(log, rc)
 	if err := out.close(runErr); err != nil && runErr == nil {
 		runErr = err
 	}
@@ -208,6 +244,8 @@ func runClassify(ctx context.Context, o *classifyOptions, ios *IOStreams, log *s
 		log.Warn("interrupted: finished rows are written; rows not_attempted can be redone with --resume")
 	case sum.Stop.ProviderStop():
 		return &exitError{code: code, err: fmt.Errorf("stopped sending (%s): %s", sum.Stop, sum.StopDetail)}
+	case sum.Stop == engine.StopMaxSpend:
+		return &exitError{code: code, err: errors.New(spendAdvice(sum, "finish with --resume and a higher --max-spend"))}
 	}
 	return silentExit(code)
 }
@@ -226,6 +264,8 @@ func exitFor(sum engine.Summary, runErr error, failOn failPolicy) verdict {
 	case sum.Stop.ProviderStop():
 		// Not a matter of tolerating failed rows: none could succeed.
 		v.Code, v.Reason = ExitRowsFailed, reasonProviderStop
+	case sum.Stop == engine.StopMaxSpend:
+		v.Code, v.Reason = ExitRowsFailed, reasonMaxSpend
 	}
 	return v
 }

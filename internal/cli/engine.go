@@ -36,7 +36,7 @@ type engineUse struct {
 var batchEngine = engineUse{
 	batchSizeHelp: "texts per provider call (" + rangeHelp(1, maxBatchSize) + ")",
 	dedupeHelp:    "send identical texts once and reuse the answer",
-	noDedupeHelp:  "send every row, even identical texts",
+	noDedupeHelp:  "send every row, even identical texts (the response cache still answers a text whose answer it holds: add --no-cache)",
 }
 
 func addEngineFlags(fs *pflag.FlagSet, o *engineOptions, use engineUse) {

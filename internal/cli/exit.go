@@ -131,6 +131,7 @@ const (
 	reasonInputError   = "input_error"
 	reasonWriteError   = "write_error"
 	reasonProviderStop = "provider_stopped" // token, credits, model or connection: nothing could succeed
+	reasonMaxSpend     = "max_spend"        // --max-spend stopped the sending
 )
 
 // judge applies the policy to a run that was neither interrupted nor broken.

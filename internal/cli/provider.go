@@ -13,6 +13,7 @@ import (
 	"github.com/hfsent/hfsent/internal/provider"
 	"github.com/hfsent/hfsent/internal/queue"
 	"github.com/hfsent/hfsent/internal/resilience"
+	"github.com/hfsent/hfsent/internal/spend"
 )
 
 // providerOptions are the provider and limit flags that classify, serve and
@@ -46,6 +47,9 @@ type providerOptions struct {
 	// bounds the guard open builds and is started with it.
 	budget budgetOptions
 	member *budget.Member
+	// ledger, when set, is what the calls are charged to; a budget member
+	// reports it to the fleet (joinBudget).
+	ledger *spend.Ledger
 
 	// flags tells which flags were given.
 	flags *pflag.FlagSet
@@ -288,6 +292,9 @@ func (o *providerOptions) fallbackEndpoint(fb provider.Kind) string {
 func (o *providerOptions) open(ios *IOStreams, log *slog.Logger, counters *resilience.Counters, tune ...func(*resilience.Config)) (*resilience.Guard, error) {
 	if o.member != nil {
 		tune = append(tune, o.member.Tune)
+	}
+	if o.ledger != nil {
+		tune = append(tune, tuneLedger(o.ledger))
 	}
 	g, err := o.build(ios, log, counters, tune...)
 	if err != nil || o.member == nil {

@@ -477,6 +477,13 @@ func formatStatus(st *queue.Status) string {
 		oc = append(oc, "none yet")
 	}
 	fmt.Fprintf(&b, "outcomes: %s\n", strings.Join(oc, " "))
+	if st.Priced > 0 || st.CacheHits > 0 || st.PromptTokens+st.CompletionTokens > 0 {
+		spent := "cost_usd unknown (no worker had prices)"
+		if st.Priced > 0 {
+			spent = "cost_usd=" + results.FormatUSD(st.CostUSD)
+		}
+		fmt.Fprintf(&b, "spend:    %s prompt_tokens=%d completion_tokens=%d cache_hits=%d\n", spent, st.PromptTokens, st.CompletionTokens, st.CacheHits)
+	}
 	fmt.Fprintf(&b, "running:  %d of --global-cap %d", st.Running, bt.GlobalCap)
 	if bt.GlobalRPS > 0 {
 		fmt.Fprintf(&b, ", --global-rps %g", bt.GlobalRPS)

@@ -29,6 +29,7 @@ type serveOptions struct {
 	prov           providerOptions
 	db             dbOptions // --db, for --budget
 	eng            engineOptions
+	cost           costOptions
 	requestTimeout time.Duration
 	grace          time.Duration
 	maxChars       int
@@ -130,6 +131,8 @@ request: never the text, never the token.`,
 	addProviderFlags(fs, &o.prov, serveProvider)
 	addDBFlags(fs, &o.db, false)
 	addEngineFlags(fs, &o.eng, serveEngine)
+	addCacheFlags(fs, &o.cost)
+	addPriceFlags(fs, &o.cost, false)
 	fs.DurationVar(&o.requestTimeout, "request-timeout", serve.DefaultRequestTimeout, "bounds one request from its arrival to its answer: admission, every attempt, backoff and cooldown ("+rangeHelp(minTimeout, maxTimeout)+")")
 	fs.DurationVar(&o.grace, "grace", serve.DefaultGrace, "on SIGTERM or SIGINT, how long requests in flight may finish before they are cancelled ("+rangeHelp(minTimeout, maxGrace)+")")
 	fs.IntVar(&o.maxChars, "max-chars", 5000, "longer texts are 422 invalid_input ("+rangeHelp(1, maxCharsLimit)+")")
@@ -150,6 +153,9 @@ func (o *serveOptions) validate() error {
 		return usageErrorf("--row-deadline is classify's; serve bounds each request with --request-timeout")
 	}
 	if err := o.prov.validate(); err != nil {
+		return err
+	}
+	if err := o.cost.validate(&o.prov); err != nil {
 		return err
 	}
 	for _, err := range []error{
@@ -221,16 +227,24 @@ func runServe(ctx context.Context, o *serveOptions, ios *IOStreams, log *slog.Lo
 	idRE, _ := o.idRegexp()
 	counters := &resilience.Counters{}
 	metrics := serve.NewMetrics(counters)
+	ledger, err := o.cost.ledger(&o.prov)
+	if err != nil {
+		return err
+	}
+	o.prov.ledger = ledger
 	leaveBudget, err := o.prov.joinBudget(ctx, ios, log, &o.db, nil, budget.KindServe)
 	if err != nil {
 		return err
 	}
 	// Run once the server has drained: no call is in flight any more.
 	defer leaveBudget(true)
-	guard, err := o.prov.open(ios, log, counters)
+	guard, rc, closeDB, err := o.cost.openGuarded(ctx, ios, log, &o.prov, counters, o.db.url)
 	if err != nil {
 		return err
 	}
+	defer closeDB()
+	// Closed once the server has drained: its last answers are kept.
+	defer closeCache(log, rc)
 	if o.prov.member != nil {
 		metrics.WatchBudget(fleetShare(o.prov.member))
 	}
@@ -243,6 +257,7 @@ func runServe(ctx context.Context, o *serveOptions, ios *IOStreams, log *slog.Lo
 	pc.BatchWait = o.batchWait
 	// A standing queue only makes every answer late.
 	pc.ShedStandingQueue = o.shed && !o.noShed
+	cacheConfig(&pc, rc, guard)
 	srv := serve.New(guard, metrics, serve.Config{
 		Pipeline:       pc,
 		RequestTimeout: o.requestTimeout,

@@ -3,12 +3,14 @@ package cli
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"strings"
 	"time"
 
 	"github.com/hfsent/hfsent/internal/engine"
 	"github.com/hfsent/hfsent/internal/outcome"
+	"github.com/hfsent/hfsent/internal/results"
 )
 
 // summaryLine is the one-line account printed on stderr at the end.
@@ -31,6 +33,10 @@ func summaryLine(s engine.Summary) string {
 	if s.Reused > 0 {
 		fmt.Fprintf(&b, " reused=%d", s.Reused)
 	}
+	if s.CacheHits > 0 || s.Cache.Misses > 0 {
+		// A run with a response cache: the rows it answered without a call.
+		fmt.Fprintf(&b, " cache_hits=%d", s.CacheHits)
+	}
 	fmt.Fprintf(&b, " calls=%d", s.Provider.Calls)
 	if s.Provider.FallbackCalls > 0 {
 		fmt.Fprintf(&b, " fallback_calls=%d", s.Provider.FallbackCalls)
@@ -38,6 +44,13 @@ func summaryLine(s engine.Summary) string {
 	if s.Provider.TokenCalls > 0 {
 		// Only a provider that reports usage (chat) has tokens to count.
 		fmt.Fprintf(&b, " prompt_tokens=%d completion_tokens=%d", s.Provider.PromptTokens, s.Provider.CompletionTokens)
+	}
+	if s.Spend.Priced {
+		// Only with prices, or a server that reports its own costs.
+		fmt.Fprintf(&b, " cost_usd=%s", results.FormatUSD(s.Spend.Spent))
+		if s.Cache.Costed {
+			fmt.Fprintf(&b, " saved_usd=%s", results.FormatUSD(s.Cache.SavedUSD))
+		}
 	}
 	fmt.Fprintf(&b, " retries=%d max_active=%d elapsed=%s", s.Provider.Retries, s.MaxActive, s.Elapsed.Round(time.Millisecond))
 	if secs := s.Elapsed.Seconds(); secs > 0 {
@@ -60,17 +73,22 @@ type summaryJSON struct {
 	Calls         int64            `json:"calls"`
 	FallbackCalls int64            `json:"fallback_calls"`
 	// Tokens the provider reported (chat; 0 for the others).
-	PromptTokens     int64          `json:"prompt_tokens"`
-	CompletionTokens int64          `json:"completion_tokens"`
-	Kept             int64          `json:"kept"`
-	Reused           int64          `json:"reused"`
-	Retries          int64          `json:"retries"`
-	MaxActive        int64          `json:"max_active"`
-	ElapsedSec       float64        `json:"elapsed_s"`
-	RowsPerSec       float64        `json:"rows_per_s"`
-	Stop             string         `json:"stop,omitempty"`
-	ExitCode         int            `json:"exit_code"`
-	Resilience       resilienceJSON `json:"resilience"`
+	PromptTokens     int64 `json:"prompt_tokens"`
+	CompletionTokens int64 `json:"completion_tokens"`
+	Kept             int64 `json:"kept"`
+	Reused           int64 `json:"reused"`
+	CacheHits        int64 `json:"cache_hits"`
+	// CostUSD is what the calls cost, SavedUSD what the cache's hits
+	// would have: null when no price is known.
+	CostUSD    *float64       `json:"cost_usd"`
+	SavedUSD   *float64       `json:"saved_usd"`
+	Retries    int64          `json:"retries"`
+	MaxActive  int64          `json:"max_active"`
+	ElapsedSec float64        `json:"elapsed_s"`
+	RowsPerSec float64        `json:"rows_per_s"`
+	Stop       string         `json:"stop,omitempty"`
+	ExitCode   int            `json:"exit_code"`
+	Resilience resilienceJSON `json:"resilience"`
 	ciSummary
 }
 
@@ -88,6 +106,7 @@ func writeSummaryJSON(path string, s engine.Summary, v verdict) error {
 		CompletionTokens: s.Provider.CompletionTokens,
 		Kept:             s.Kept,
 		Reused:           s.Reused,
+		CacheHits:        s.CacheHits,
 		Retries:          s.Provider.Retries,
 		MaxActive:        s.MaxActive,
 		ElapsedSec:       s.Elapsed.Seconds(),
@@ -96,6 +115,10 @@ func writeSummaryJSON(path string, s engine.Summary, v verdict) error {
 	}
 	for _, c := range outcome.All() {
 		out.Outcomes[string(c)] = s.Counts[c]
+	}
+	if s.Spend.Priced {
+		spent, saved := roundUSD(s.Spend.Spent), roundUSD(s.Cache.SavedUSD)
+		out.CostUSD, out.SavedUSD = &spent, &saved
 	}
 	if secs := s.Elapsed.Seconds(); secs > 0 {
 		out.RowsPerSec = float64(s.Rows) / secs
@@ -107,3 +130,6 @@ func writeSummaryJSON(path string, s engine.Summary, v verdict) error {
 	}
 	return os.WriteFile(path, append(b, '\n'), 0o644)
 }
+
+// roundUSD is an amount as summaries write it: to the ten-billionth.
+func roundUSD(v float64) float64 { return math.Round(v*1e10) / 1e10 }

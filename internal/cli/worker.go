@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -24,6 +25,7 @@ type workerOptions struct {
 	db           dbOptions
 	prov         providerOptions
 	eng          engineOptions
+	cost         costOptions
 	lease        time.Duration
 	exitWhenDone bool
 	poll         time.Duration
@@ -82,6 +84,8 @@ model), before any call; 130 interrupted.`,
 	addDBFlags(fs, &o.db, true)
 	addProviderFlags(fs, &o.prov, batchProvider)
 	addEngineFlags(fs, &o.eng, batchEngine)
+	addCacheFlags(fs, &o.cost)
+	addPriceFlags(fs, &o.cost, true)
 	fs.DurationVar(&o.lease, "lease", 0, "lease of a claimed row, renewed every third of it (default: the batch's, set by queue push --lease; else "+rangeHelp(minLease, maxLease)+")")
 	fs.BoolVar(&o.exitWhenDone, "exit-when-done", false, "exit once the batch has nothing pending or running (default: wait for new rows)")
 	fs.DurationVar(&o.poll, "poll", 250*time.Millisecond, "wait after a claim that found nothing, unless a notification comes first ("+rangeHelp(10*time.Millisecond, maxPollInterval)+")")
@@ -98,6 +102,7 @@ func (o *workerOptions) validate() error {
 		inRange("--poll", o.poll, 10*time.Millisecond, maxPollInterval, ""),
 		o.eng.validate(&o.prov),
 		o.prog.validate(),
+		o.cost.validate(&o.prov),
 	} {
 		if err != nil {
 			return err
@@ -161,6 +166,9 @@ func runWorker(ctx context.Context, o *workerOptions, ios *IOStreams, log *slog.
 		PID:          os.Getpid(),
 		Logger:       log,
 	})
+	if o.prov.ledger, err = o.cost.ledger(&o.prov); err != nil {
+		return err
+	}
 	leaveBudget, err := o.prov.joinBudget(ctx, ios, log, nil, db, budget.KindWorker)
 	if err != nil {
 		return err
@@ -168,6 +176,10 @@ func runWorker(ctx context.Context, o *workerOptions, ios *IOStreams, log *slog.
 	// Run after the loop: calls in flight have ended and been written.
 	defer leaveBudget(true)
 	guard, err := o.prov.open(ios, log, nil, w.Tune)
+	if err != nil {
+		return err
+	}
+	rc, _, err := o.cost.openCache(ctx, ios, log, &o.prov, db, "")
 	if err != nil {
 		return err
 	}
@@ -180,6 +192,7 @@ func runWorker(ctx context.Context, o *workerOptions, ios *IOStreams, log *slog.
 	cfg.Rules = engine.Rules{MaxChars: b.MaxChars}
 	cfg.StopOnFatal, cfg.ProviderText = true, true
 	cfg.Logger = log
+	cacheConfig(&cfg, rc, guard)
 	p := engine.NewPipeline(context.Background(), guard, cfg)
 	bar := newCountBar(ios, o.prog.show(ios), -1, "worker")
 	stopBar := make(chan struct{})
@@ -204,6 +217,7 @@ func runWorker(ctx context.Context, o *workerOptions, ios *IOStreams, log *slog.
 	}()
 	runErr := w.Run(ctx, p)
 	p.Close()
+	closeCache(log, rc)
 	close(stopBar)
 	<-barDone
 	bar.finish()
@@ -226,6 +240,8 @@ func runWorker(ctx context.Context, o *workerOptions, ios *IOStreams, log *slog.
 	case sum.Stop == engine.StopInterrupted:
 		log.Warn("interrupted: results of calls in flight are written, rows not started are back in the queue")
 		return silentExit(ExitInterrupted)
+	case sum.Stop == engine.StopMaxSpend:
+		return &exitError{code: ExitRowsFailed, err: errors.New(spendAdvice(sum, "the rows not sent are back in the queue: start the worker again with a higher --max-spend"))}
 	case sum.Stop != engine.StopNone:
 		return &exitError{code: ExitRowsFailed, err: fmt.Errorf("stopped: %s; the rows not sent are back in the queue", sum.Stop)}
 	case st.Finished > st.OK:

@@ -23,22 +23,36 @@ type item struct {
 // stopped (not_attempted), when its text's answer is known (reused at once),
 // or when the same text is in flight (a waiter takes it, without a slot:
 // its answer costs nothing, so it must not hold a slot a call could use).
+//
+// A text answered earlier in the run is reused (dedupe) before the
+// response cache is asked, so that reused counts what it always did; a
+// cache hit that leads its text's flight gives its answer to the rows
+// waiting on it.
 func (p *Pipeline) claim(j *Job) (item, bool) {
-	if p.admitCtx.Err() != nil {
+	hit := j.cache.hit != nil
+	if p.admitCtx.Err() != nil && (!hit || !p.answersHits()) {
 		p.finishNotAttempted(j)
 		return item{}, false
 	}
 	if p.cache == nil {
+		if hit {
+			p.finishCached(j)
+			return item{}, false
+		}
 		return item{job: j}, true
 	}
 	k := p.cache.Key(j.Row.Text)
 	v, st, f := p.cache.Claim(k)
-	switch st {
-	case dedupe.Hit:
+	switch {
+	case st == dedupe.Hit:
 		p.finishReused(j, v)
 		return item{}, false
-	case dedupe.Wait:
+	case st == dedupe.Wait:
 		go p.follow(j, k, f)
+		return item{}, false
+	case hit:
+		it := item{job: j, key: k, flight: f}
+		p.release(it, p.finishCached(j))
 		return item{}, false
 	}
 	return item{job: j, key: k, flight: f}, true
@@ -106,11 +120,11 @@ func (p *Pipeline) gather(batch []item) []item {
 	}
 	var timer *time.Timer
 	for len(batch) < p.cfg.BatchSize {
-		var j *Job
-		var ok bool
-		select {
-		case j, ok = <-p.admitq:
-		default:
+		j, ok := p.nextNow()
+		switch {
+		case !ok:
+			return batch
+		case j == nil:
 			if timer == nil {
 				wait := p.cfg.BatchWait
 				if p.cfg.AdmissionWait > 0 {
@@ -124,6 +138,9 @@ func (p *Pipeline) gather(batch []item) []item {
 			}
 			select {
 			case j, ok = <-p.admitq:
+				if ok {
+					j = p.fill(j)
+				}
 			case <-timer.C:
 				return batch
 			case <-p.admitCtx.Done():
@@ -239,17 +256,25 @@ func (p *Pipeline) send(ctx context.Context, permit *resilience.Permit, batch []
 			// Every call of the row, a retried one's too, was paid for.
 			res.PromptTokens, res.CompletionTokens, res.Tokens = u.Prompt, u.Completion, true
 		}
+		if c, ok := row.Cost(); len(out) == 1 && ok {
+			res.CostUSD, res.Costed = c, true
+		}
 		if err != nil {
 			res.Outcome, res.Error, res.RetryAfter = code, msg, retryAfter
 			continue
 		}
 		pr := ans.Predictions[i]
 		res.Label, res.Score = pr.Label, pr.Score
+		batch[i].job.cache.usage = pr.Usage // what the answer's own call cost
 		if u := pr.Usage; len(out) > 1 && u.Known {
 			res.PromptTokens, res.CompletionTokens, res.Tokens = u.Prompt, u.Completion, true
 		}
 		if ans.Model != "" {
 			res.Model = ans.Model
+		}
+		if l := p.guard.Ledger(); l != nil && len(out) > 1 {
+			// Several texts in one call: each its own share, as reported.
+			res.CostUSD, res.Costed = l.Cost(res.Model, pr.Usage, false)
 		}
 		res.Outcome = outcome.Success
 		if ans.Fallback {

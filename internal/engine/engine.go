@@ -15,10 +15,12 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/hfsent/hfsent/internal/cache"
 	"github.com/hfsent/hfsent/internal/input"
 	"github.com/hfsent/hfsent/internal/outcome"
 	"github.com/hfsent/hfsent/internal/resilience"
 	"github.com/hfsent/hfsent/internal/results"
+	"github.com/hfsent/hfsent/internal/spend"
 )
 
 // Source yields input rows in order; io.EOF ends it.
@@ -93,6 +95,13 @@ type Config struct {
 	// pipeline: its flags, its way to finish the work. The engine says what
 	// happened, and adds it (Summary.StopDetail, and the log).
 	Advice func(StopReason) string
+	// Cache, when set, answers a row whose request it holds without a
+	// call (cached.go), and keeps every success under its request's key
+	// (Keys) and every fallback answer under the fallback's (FallbackKeys;
+	// nil: not kept). Keys nil: no cache.
+	Cache        *cache.Cache
+	Keys         *cache.Keyer
+	FallbackKeys *cache.Keyer
 	// Progress is called from Run's writer after each flush; it must be quick.
 	Progress func(Progress)
 	Logger   *slog.Logger
@@ -153,6 +162,9 @@ const (
 	StopDown        StopReason = "provider down"
 	StopMaxDuration StopReason = "max-duration reached"
 	StopWriteError  StopReason = "results could not be written"
+	// StopMaxSpend: the spend and the estimates of the calls in flight
+	// would have passed --max-spend (the guard's ledger refused a call).
+	StopMaxSpend StopReason = "max-spend reached"
 )
 
 // Summary is what a run did.
@@ -168,9 +180,15 @@ type Summary struct {
 	// provider, retries included (a batch is one call), the retries, the
 	// calls sent to the fallback model (never counted as provider calls),
 	// and what the policies saw.
-	Provider  resilience.Stats
-	Kept      int64 // rows kept from an earlier run (--resume), not sent
-	Reused    int64 // rows answered by an earlier identical text (--dedupe), not sent
+	Provider resilience.Stats
+	Kept     int64 // rows kept from an earlier run (--resume), not sent
+	Reused   int64 // rows answered by an earlier identical text (--dedupe), not sent
+	// CacheHits are rows answered from the response cache, not sent.
+	CacheHits int64
+	// Cache is what the run did with the response cache (zero without
+	// one); Spend what the ledger counted (zero without one).
+	Cache     cache.RunStats
+	Spend     spend.Totals
 	MaxActive int64 // most calls dispatched at once
 	Elapsed   time.Duration
 	Stop      StopReason
@@ -293,6 +311,7 @@ read:
 	ps := r.p.Summary()
 
 	sum.Provider, sum.Reused, sum.MaxActive, sum.Elapsed = ps.Provider, ps.Reused, ps.MaxActive, ps.Elapsed
+	sum.CacheHits, sum.Cache, sum.Spend = ps.CacheHits, ps.Cache, ps.Spend
 	sum.Stop, sum.StopDetail = ps.Stop, ps.StopDetail
 	sum.Written = r.written.Load()
 	sum.Lost = r.lost.Load()

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/hfsent/hfsent/internal/cache"
 	"github.com/hfsent/hfsent/internal/dedupe"
 	"github.com/hfsent/hfsent/internal/input"
 	"github.com/hfsent/hfsent/internal/outcome"
@@ -32,6 +33,11 @@ type Pipeline struct {
 	start time.Time
 
 	admitq chan *Job
+	// ahead are jobs taken from admitq and looked up in the response
+	// cache, not yet admitted (the admitter's own); aheadN counts them for
+	// other goroutines.
+	ahead  []*Job
+	aheadN atomic.Int64
 	// admitCtx ends when admission must stop, for any reason; its Done is
 	// also the signal that no call not yet sent may be sent.
 	admitCtx  context.Context
@@ -64,6 +70,7 @@ type Pipeline struct {
 
 	active, maxActive atomic.Int64
 	reused            atomic.Int64
+	cacheHits         atomic.Int64
 }
 
 // Job is one row submitted to the pipeline.
@@ -83,6 +90,8 @@ type Job struct {
 	// Group, when set, admits this job with the others of its group as
 	// one (the items of one serve request): see Group.
 	Group *Group
+
+	cache cachedJob // the pipeline's: what the response cache holds for it
 }
 
 // Group is jobs admitted as one. The first of them to come up for a slot
@@ -206,6 +215,10 @@ func NewPipeline(ctx context.Context, g *resilience.Guard, cfg Config) *Pipeline
 		// And when an answer stops the run, before its slot is free.
 		g.OnStop(p.fatal)
 	}
+	if l := g.Ledger(); l != nil {
+		// --max-spend: the ledger refused a call; nothing more is sent.
+		l.OnLimit(func() { p.Stop(StopMaxSpend) })
+	}
 	return p
 }
 
@@ -250,6 +263,7 @@ func (p *Pipeline) Submit(j *Job) {
 	if j.At.IsZero() {
 		j.At = time.Now()
 	}
+	p.keyJob(j)
 	p.jobs.Add(1)
 	p.admitq <- j
 }
@@ -299,7 +313,7 @@ func (p *Pipeline) SourceIdle() {
 
 // checkQuiet closes quiet when no more evidence can come. holdMu is held.
 func (p *Pipeline) checkQuiet() {
-	if p.sourceIdle && len(p.admitq) == 0 && p.admitting.Load() == 0 && p.active.Load() <= int64(p.held.Load()) {
+	if p.sourceIdle && len(p.admitq) == 0 && p.aheadN.Load() == 0 && p.admitting.Load() == 0 && p.active.Load() <= int64(p.held.Load()) {
 		p.quietOnce.Do(func() { close(p.quiet) })
 	}
 }
@@ -373,13 +387,14 @@ func (p *Pipeline) StopDetail() string {
 // counters: Guard().Stats).
 type Stats struct {
 	Reused    int64 // rows answered by an identical text's answer
+	CacheHits int64 // rows answered from the response cache
 	Active    int64 // calls in flight now
 	MaxActive int64
 }
 
 // Stats returns the counts so far.
 func (p *Pipeline) Stats() Stats {
-	return Stats{Reused: p.reused.Load(), Active: int64(p.slots.InUse()), MaxActive: p.maxActive.Load()}
+	return Stats{Reused: p.reused.Load(), CacheHits: p.cacheHits.Load(), Active: int64(p.slots.InUse()), MaxActive: p.maxActive.Load()}
 }
 
 // Summary is what the pipeline did, for a run's summary: the calls as the
@@ -388,9 +403,16 @@ func (p *Pipeline) Stats() Stats {
 // finished).
 func (p *Pipeline) Summary() Summary {
 	elapsed := time.Since(p.start)
+	var cs cache.RunStats
+	if p.cfg.Cache != nil {
+		cs = p.cfg.Cache.Stats()
+	}
 	return Summary{
 		Provider:   p.guard.Stats(elapsed),
 		Reused:     p.reused.Load(),
+		CacheHits:  p.cacheHits.Load(),
+		Cache:      cs,
+		Spend:      p.guard.Ledger().Totals(),
 		MaxActive:  p.maxActive.Load(),
 		Elapsed:    elapsed,
 		Stop:       p.StopReason(),
@@ -403,7 +425,11 @@ func (p *Pipeline) Summary() Summary {
 // same call, up to BatchSize; with dedupe, a job whose text is known or in
 // flight takes no slot at all.
 func (p *Pipeline) admit() {
-	for j := range p.admitq {
+	for {
+		j, ok := p.next()
+		if !ok {
+			return
+		}
 		p.admitting.Add(1)
 		p.awaitSample()
 		p.admitOne(j)
@@ -636,6 +662,7 @@ func (p *Pipeline) work(batch []item, permit *resilience.Permit) {
 		p.callEnded()
 		for i, it := range batch {
 			p.release(it, res[i])
+			p.store(it.job, res[i])
 			p.finish(it.job, res[i])
 		}
 	}()
@@ -670,6 +697,13 @@ func (p *Pipeline) worker(f func()) {
 	}
 }
 
+// priced reports whether a cost is known for the calls: the ledger has
+// prices.
+func (p *Pipeline) priced() bool {
+	l := p.guard.Ledger()
+	return l != nil && l.Prices().Known()
+}
+
 func (p *Pipeline) finishNotAttempted(j *Job) { p.finish(j, p.notAttempted()) }
 
 func (p *Pipeline) notAttempted() results.Row {
@@ -682,6 +716,9 @@ func (p *Pipeline) sinceStart() time.Duration { return time.Since(p.start) }
 
 // finish completes a job.
 func (p *Pipeline) finish(j *Job, res results.Row) {
+	if res.Attempts == 0 && !res.Costed && p.priced() {
+		res.Costed = true // no call: it cost nothing, at any price
+	}
 	res.Seq = j.Row.Seq
 	res.RequestID = j.Row.ID
 	res.QueuedMs = p.ms(j.At)

@@ -441,3 +441,40 @@ func TestRequestIsWhatIsSent(t *testing.T) {
 		}
 	}
 }
+
+// TestChatReadsTheServersOwnCost: a usage.cost the server reports
+// (OpenRouter's) is read as the call's cost, as a number or a string of
+// one; a negative, non-finite, unreadable or absurd one is ignored, and
+// never fails the answer.
+func TestChatReadsTheServersOwnCost(t *testing.T) {
+	cases := []struct {
+		cost   string
+		want   float64
+		costed bool
+	}{
+		{`0.00125`, 0.00125, true},
+		{`"0.5"`, 0.5, true},
+		{`0`, 0, true},
+		{`-1`, 0, false},
+		{`1e308`, 0, false},
+		{`"NaN"`, 0, false},
+		{`"cheap"`, 0, false},
+		{`null`, 0, false},
+		{`{"usd": 1}`, 0, false},
+	}
+	for _, tc := range cases {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			fmt.Fprintf(w, `{"choices":[{"message":{"content":"positive"}}],"usage":{"prompt_tokens":10,"completion_tokens":1,"cost":%s}}`, tc.cost)
+		}))
+		c := newChat(t, srv.URL+"/v1/chat/completions", []string{"positive", "negative"}, func(cfg *provider.ChatConfig) { cfg.Constrain = "off" })
+		ans, err := classifyChat(t, c, "great!")
+		srv.Close()
+		if err != nil {
+			t.Fatalf("cost %s: %v", tc.cost, err)
+		}
+		u := ans.Usage()
+		if u.Costed != tc.costed || u.Cost != tc.want || u.Prompt != 10 {
+			t.Errorf("cost %s: read cost=%v costed=%v prompt=%d, want %v %v 10", tc.cost, u.Cost, u.Costed, u.Prompt, tc.want, tc.costed)
+		}
+	}
+}

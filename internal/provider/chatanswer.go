@@ -106,6 +106,10 @@ func readUsage(raw json.RawMessage) Usage {
 	var doc struct {
 		Prompt     json.RawMessage `json:"prompt_tokens"`
 		Completion json.RawMessage `json:"completion_tokens"`
+		// Cost is what the server says the call cost, in USD
+		// (OpenRouter's usage.cost): the spend ledger takes it over any
+		// price.
+		Cost json.RawMessage `json:"cost"`
 	}
 	if len(raw) == 0 || json.Unmarshal(raw, &doc) != nil {
 		return Usage{}
@@ -117,23 +121,54 @@ func readUsage(raw json.RawMessage) Usage {
 	if n, ok := tokenCount(doc.Completion); ok {
 		u.Completion, u.Known = n, true
 	}
+	if f, ok := usageNumber(doc.Cost); ok {
+		u.Cost, u.Costed = f, true
+	}
 	return u
+}
+
+// maxCallCost bounds a cost a server reports for one call, in USD: a
+// larger figure is not a price but a broken (or hostile) field, ignored.
+const maxCallCost = 1e6
+
+// usageNumber reads a number sent as a number or a string of one: finite,
+// not negative; ok is false otherwise.
+func usageNumber(raw json.RawMessage) (float64, bool) {
+	text, ok := numberText(raw)
+	if !ok {
+		return 0, false
+	}
+	f, err := strconv.ParseFloat(text, 64)
+	if err != nil || math.IsNaN(f) || math.IsInf(f, 0) || f < 0 || f > maxCallCost {
+		return 0, false
+	}
+	return f, true
+}
+
+// numberText is the text of a number sent as a number or as a string of
+// one; ok is false for nothing, null, or a string that cannot be read.
+func numberText(raw json.RawMessage) (string, bool) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || isNull(raw) {
+		return "", false
+	}
+	if raw[0] != '"' {
+		return string(raw), true
+	}
+	var s string
+	if json.Unmarshal(raw, &s) != nil {
+		return "", false
+	}
+	return strings.TrimSpace(s), true
 }
 
 // tokenCount reads a count sent as a number or a string of one.
 func tokenCount(raw json.RawMessage) (int, bool) {
-	raw = bytes.TrimSpace(raw)
-	if len(raw) == 0 || isNull(raw) {
+	text, ok := numberText(raw)
+	if !ok {
 		return 0, false
 	}
-	if raw[0] == '"' {
-		var s string
-		if json.Unmarshal(raw, &s) != nil {
-			return 0, false
-		}
-		raw = []byte(strings.TrimSpace(s))
-	}
-	f, err := strconv.ParseFloat(string(raw), 64)
+	f, err := strconv.ParseFloat(text, 64)
 	if err != nil && !errors.Is(err, strconv.ErrRange) || math.IsNaN(f) || f < 0 || f != math.Trunc(f) {
 		return 0, false
 	}

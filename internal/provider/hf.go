@@ -87,6 +87,7 @@ func DetectAPI(endpoint string) string {
 type HF struct {
 	cfg    HFConfig
 	url    string
+	shown  string // url with its credentials redacted, made once: Request shows it for every row
 	host   string // for messages: never the whole URL
 	api    string
 	client *http.Client
@@ -190,7 +191,7 @@ func NewHF(cfg HFConfig) (*HF, error) {
 	// 307 or 308 keeps the method and the body, and is followed.
 	client := *c
 	client.CheckRedirect = checkRedirect
-	h := &HF{cfg: cfg, url: target, host: host, api: api, client: &client, holds: !isRouter(host)}
+	h := &HF{cfg: cfg, url: target, shown: redact.URL(target), host: host, api: api, client: &client, holds: !isRouter(host)}
 	h.headers = http.Header{
 		"Content-Type": {"application/json"},
 		"Accept":       {"application/json"},
@@ -273,7 +274,7 @@ func (h *HF) API() string { return h.api }
 
 // URL is the address the client posts to, with any credential in it
 // redacted: it is for showing.
-func (h *HF) URL() string { return redact.URL(h.url) }
+func (h *HF) URL() string { return h.shown }
 
 // payload is the request body, built by hand: a million rows make a million
 // bodies. APIHF: {"inputs": TEXT or [TEXTS], "parameters": {"top_k": 1,

@@ -33,6 +33,11 @@ type Prediction struct {
 type Usage struct {
 	Prompt, Completion int
 	Known              bool
+	// Cost is what the server itself said the call cost, in USD, when it
+	// says (OpenRouter's usage.cost): the spend ledger takes it over any
+	// price. Costed is false when it said nothing.
+	Cost   float64
+	Costed bool
 }
 
 // MaxTokens is the most tokens a count holds: a server's usage above it is
@@ -43,10 +48,11 @@ const MaxTokens = math.MaxInt32
 // Total is prompt plus completion tokens, at most MaxTokens.
 func (u Usage) Total() int { return SatAdd(u.Prompt, u.Completion) }
 
-// Add sums two usages, each count at most MaxTokens; the sum is known when
-// either is.
+// Add sums two usages, each count at most MaxTokens; the sum is known (or
+// costed) when either is.
 func (u Usage) Add(v Usage) Usage {
-	return Usage{Prompt: SatAdd(u.Prompt, v.Prompt), Completion: SatAdd(u.Completion, v.Completion), Known: u.Known || v.Known}
+	return Usage{Prompt: SatAdd(u.Prompt, v.Prompt), Completion: SatAdd(u.Completion, v.Completion), Known: u.Known || v.Known,
+		Cost: u.Cost + v.Cost, Costed: u.Costed || v.Costed}
 }
 
 // SatAdd is a+b for token counts in [0, MaxTokens]: at most MaxTokens,

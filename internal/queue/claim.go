@@ -52,6 +52,10 @@ type Completion struct {
 	// PromptTokens and CompletionTokens: the usage reported for this
 	// claim's calls; nil when none was.
 	PromptTokens, CompletionTokens *int32
+	// CostUSD is what this claim's calls cost at the worker's prices (nil:
+	// none known); Cached: the cache answered it, without a call.
+	CostUSD *float64
+	Cached  bool
 
 	// Promote is a reservation of this worker's that it started in this
 	// row's place when this row's call ended: the round trip makes it

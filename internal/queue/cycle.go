@@ -147,8 +147,10 @@ func (s *Session) completionArgs(done []Completion) pgx.StrictNamedArgs {
 	score := make([]float64, n)
 	lat, wait, total := make([]int64, n), make([]int64, n), make([]int64, n)
 	pt, ct := make([]*int32, n), make([]*int32, n)
+	cost, cached := make([]*float64, n), make([]bool, n)
 	for i, c := range done {
 		pt[i], ct[i] = c.PromptTokens, c.CompletionTokens
+		cost[i], cached[i] = c.CostUSD, c.Cached
 		seq[i], attempt[i], action[i], oc[i], label[i] = c.Seq, int32(c.Attempt), string(c.Action), c.Outcome, c.Label
 		score[i], model[i], attempts[i], lat[i], errs[i] = c.Score, c.Model, int32(c.Attempts), c.LatencyMs, c.Error
 		wait[i], total[i], delay[i] = c.WaitMs, max(0, c.TotalMs), max(0, c.Delay.Milliseconds())
@@ -156,7 +158,7 @@ func (s *Session) completionArgs(done []Completion) pgx.StrictNamedArgs {
 	return pgx.StrictNamedArgs{"batch": s.batch.ID, "owner": s.owner,
 		"seq": seq, "attempt": attempt, "action": action, "outcome": oc, "label": label, "score": score, "model": model,
 		"attempts": attempts, "latency_ms": lat, "error": errs, "wait_ms": wait, "total_ms": total, "delay_ms": delay,
-		"prompt_tokens": pt, "completion_tokens": ct}
+		"prompt_tokens": pt, "completion_tokens": ct, "cost_usd": cost, "cached": cached}
 }
 
 // ceilMs is d in whole milliseconds, rounded up (0 stays 0).

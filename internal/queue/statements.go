@@ -48,6 +48,7 @@ var (
 	sqlStatusClients  = load("status_clients")
 	sqlStatusWorkers  = load("status_workers")
 	sqlStatusRate     = load("status_rate")
+	sqlStatusSpend    = load("status_spend")
 	sqlExport         = load("export")
 	sqlSchemaExists   = load("schema_exists")
 	sqlSchemaVersion  = load("schema_version")

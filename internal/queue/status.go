@@ -44,6 +44,13 @@ type Status struct {
 	ETA       time.Duration
 	Paused    time.Duration
 	Open      time.Duration
+	// CostUSD is what the rows' calls cost so far, at the workers' prices;
+	// Priced the rows with a known cost (0: no worker had prices).
+	// CacheHits the rows the response cache answered; PromptTokens and
+	// CompletionTokens the usage reported.
+	CostUSD                        float64
+	Priced, CacheHits              int64
+	PromptTokens, CompletionTokens int64
 }
 
 // Total is every row of the batch.
@@ -115,7 +122,8 @@ func (db *DB) Status(ctx context.Context, name string) (*Status, error) {
 			return err
 		}
 		st.Paused, st.Open = msDuration(paused), msDuration(open)
-		return nil
+		return tx.QueryRow(ctx, sqlStatusSpend.sql, sqlStatusSpend.with(batch)).Scan(&st.CostUSD, &st.Priced, &st.CacheHits,
+			&st.PromptTokens, &st.CompletionTokens)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("reading the status of batch %q: %s", name, summarise(err))
@@ -152,9 +160,13 @@ func (db *DB) Export(ctx context.Context, b *Batch, w *results.Writer, includeTe
 			var r results.Row
 			var state, oc string
 			var pt, ct *int32
+			var cost *float64
 			if err := rows.Scan(&r.RequestID, &state, &oc, &r.Label, &r.Score, &r.Model, &r.Attempts, &r.LatencyMs,
-				&r.Error, &r.QueuedMs, &r.StartedMs, &r.FinishedMs, &r.Text, &pt, &ct); err != nil {
+				&r.Error, &r.QueuedMs, &r.StartedMs, &r.FinishedMs, &r.Text, &pt, &ct, &cost, &r.Cached); err != nil {
 				return err
+			}
+			if cost != nil {
+				r.CostUSD, r.Costed = *cost, true
 			}
 			if pt != nil || ct != nil {
 				r.Tokens = true
@@ -169,7 +181,7 @@ func (db *DB) Export(ctx context.Context, b *Batch, w *results.Writer, includeTe
 			if state != "done" {
 				st.Unfinished++
 				r = results.Row{RequestID: r.RequestID, Outcome: outcome.NotAttempted, Attempts: r.Attempts, StartedMs: -1,
-					Error: "not finished: " + state + " in the queue", Text: r.Text}
+					Error: "not finished: " + state + " in the queue", Text: r.Text, CostUSD: r.CostUSD, Costed: r.Costed}
 			}
 			if r.Outcome.OK() {
 				st.OK++

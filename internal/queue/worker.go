@@ -233,6 +233,11 @@ func (w *Worker) completion(f finished) Completion {
 		pt, ct := int32(r.PromptTokens), int32(r.CompletionTokens)
 		c.PromptTokens, c.CompletionTokens = &pt, &ct
 	}
+	if r.Costed {
+		usd := r.CostUSD
+		c.CostUSD = &usd
+	}
+	c.Cached = r.Cached
 	if r.StartedMs >= 0 {
 		c.WaitMs = max(0, r.StartedMs-r.QueuedMs)
 		c.TotalMs = max(c.TotalMs, c.WaitMs)

@@ -40,6 +40,7 @@ import (
 
 	"github.com/hfsent/hfsent/internal/outcome"
 	"github.com/hfsent/hfsent/internal/provider"
+	"github.com/hfsent/hfsent/internal/spend"
 )
 
 // Config sets the policies. Zero values take the defaults noted.
@@ -121,6 +122,11 @@ type Config struct {
 	// --rps). No call is granted before the first SetShare, nor once its
 	// lease has passed, and a call is sent only while the lease holds.
 	Shared bool
+
+	// Ledger, when set, is charged every call's reported usage, and holds
+	// each call's estimate against its limit (--max-spend) while it is in
+	// flight (spend.go). nil: nothing is charged.
+	Ledger *spend.Ledger
 
 	Logger   *slog.Logger
 	Counters *Counters
@@ -204,6 +210,9 @@ func Build(client provider.Classifier, cfg Config) *Guard {
 	}
 	m := &meter{client: client, c: cfg.Counters, run: g.run, judge: !cfg.Plain}
 	var sent attempter = m
+	if cfg.Ledger != nil {
+		sent = newSpendLayer(m, cfg.Ledger, client)
+	}
 	if cfg.Shared {
 		// Innermost: the lease is checked again just before the call goes.
 		sent = &leased{inner: m, slots: g.slots}
@@ -233,6 +242,9 @@ func Build(client provider.Classifier, cfg Config) *Guard {
 	g.inner = &gate{inner: g.br, slots: g.slots, cool: g.cool}
 	if cfg.Fallback != nil {
 		var fb attempter = &fallbackMeter{client: cfg.Fallback, c: cfg.Counters}
+		if cfg.Ledger != nil {
+			fb = newSpendLayer(fb, cfg.Ledger, cfg.Fallback)
+		}
 		if limiter != nil {
 			fb = limiter.wrap(fb)
 		}
@@ -245,9 +257,15 @@ func Build(client provider.Classifier, cfg Config) *Guard {
 // Model names the primary model.
 func (g *Guard) Model() string { return g.client.Model() }
 
-// Client is the primary provider's client, for what it learned of its
-// server (check reports it).
+// Client is the primary model's client; Fallback the fallback's (nil
+// without one). A row's cache key is the request each would send.
 func (g *Guard) Client() provider.Classifier { return g.client }
+
+// Fallback is the fallback model's client, nil without one.
+func (g *Guard) Fallback() provider.Classifier { return g.cfg.Fallback }
+
+// Ledger is what the calls are charged to (nil: none).
+func (g *Guard) Ledger() *spend.Ledger { return g.cfg.Ledger }
 
 // Slots is the calls-in-flight bound the engine takes a row's first slot
 // from (its admission).
@@ -476,6 +494,11 @@ func (r *Row) Attempts() int { return r.sent + r.sampled }
 // the provider reported them.
 func (r *Row) Usage() provider.Usage { return r.usage }
 
+// Cost is what the row's calls cost (to either model), as the spend
+// ledger priced their reported usage; ok is false when none of them had
+// a known cost.
+func (r *Row) Cost() (usd float64, ok bool) { return r.cost, r.costed }
+
 // FallbackAttempts is the number of calls sent to the fallback model.
 func (r *Row) FallbackAttempts() int { return r.fallbacks }
 
@@ -493,6 +516,8 @@ type rowState struct {
 	sentAt    time.Time      // when the last primary call was sent
 	last      error          // the last real provider error
 	usage     provider.Usage // tokens reported for its calls
+	cost      float64        // USD its calls cost, as the ledger priced them
+	costed    bool           // some call of it had a known cost
 	failed    bool           // an attempt failed in a way that counts for the breaker
 	timedOut  bool           // an attempt timed out
 	freshWait bool           // counted among the breaker's fresh waiters

@@ -46,10 +46,10 @@ func TestWriterGuardsAndStreamReadsBack(t *testing.T) {
 		{RequestID: "c", Label: "+", Score: 1, Outcome: outcome.Success, Model: "m", StartedMs: -1, FinishedMs: 3, Text: "\tindented"},
 	}
 	b := written(t, true, rows...)
-	want := "request_id,status,label,score,outcome,model,attempts,latency_ms,error,queued_ms,started_ms,finished_ms,text,prompt_tokens,completion_tokens\n" +
-		"=id,200,'-1,0.5,success,m,1,1,,0,0,1,\"'=HYPERLINK(\"\"http://evil\"\",\"\"x\"\")\",,\n" +
-		"b,502,,,upstream_payload,,0,,'@not a classification,0,,2,''=already quoted,,\n" +
-		"c,200,'+,1,success,m,0,,,0,,3,'\tindented,,\n"
+	want := "request_id,status,label,score,outcome,model,attempts,latency_ms,error,queued_ms,started_ms,finished_ms,text,prompt_tokens,completion_tokens,cost_usd,cached\n" +
+		"=id,200,'-1,0.5,success,m,1,1,,0,0,1,\"'=HYPERLINK(\"\"http://evil\"\",\"\"x\"\")\",,,,false\n" +
+		"b,502,,,upstream_payload,,0,,'@not a classification,0,,2,''=already quoted,,,,false\n" +
+		"c,200,'+,1,success,m,0,,,0,,3,'\tindented,,,,false\n"
 	if string(b) != want {
 		t.Fatalf("guarded:\n%s\nwant\n%s", b, want)
 	}

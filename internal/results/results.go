@@ -25,10 +25,23 @@ var columns = []string{"request_id", "status", "label", "score", "outcome", "mod
 // tokenColumns are the tokens a chat model's call cost, as its usage said.
 var tokenColumns = []string{"prompt_tokens", "completion_tokens"}
 
+// costColumns are what the row's calls cost in USD (blank when no price
+// is known), and whether its answer came from the response cache.
+var costColumns = []string{"cost_usd", "cached"}
+
 // Columns returns the header, with the text column when includeText is set.
 func Columns(includeText bool) []string {
 	c := legacyColumns(includeText)
-	return append(c, tokenColumns...)
+	c = append(c, tokenColumns...)
+	return append(c, costColumns...)
+}
+
+// readable are the headers --resume and report read: today's, and those
+// written before the cost columns and before the token columns.
+func readable(includeText bool) [][]string {
+	now := Columns(includeText)
+	n := len(now)
+	return [][]string{now, now[:n-len(costColumns)], now[:n-len(costColumns)-len(tokenColumns)]}
 }
 
 // legacyColumns is the header written before the token columns: --resume
@@ -62,6 +75,13 @@ type Row struct {
 	// (written blank).
 	PromptTokens, CompletionTokens int
 	Tokens                         bool
+	// CostUSD is what the row's calls cost, as the spend ledger priced
+	// their usage; Costed is false when no price was known (written
+	// blank). A row answered without a call costs 0.
+	CostUSD float64
+	Costed  bool
+	// Cached: the answer came from the response cache, without a call.
+	Cached bool
 	// RetryAfter is when a caller may try again (serve's Retry-After on a
 	// 503); not written.
 	RetryAfter time.Duration
@@ -100,7 +120,18 @@ func (r Row) record(dst []string, includeText, raw bool) []string {
 	} else {
 		dst = append(dst, "", "")
 	}
-	return dst
+	cost := ""
+	if r.Costed {
+		cost = FormatUSD(r.CostUSD)
+	}
+	return append(dst, cost, strconv.FormatBool(r.Cached))
+}
+
+// FormatUSD writes an amount of USD as results and summaries show it: to
+// the ten-billionth, without trailing zeros (a call of a cheap model costs
+// millionths).
+func FormatUSD(usd float64) string {
+	return strconv.FormatFloat(math.Round(usd*1e10)/1e10, 'f', -1, 64)
 }
 
 // Writer writes result rows and flushes after every Write, so that a row is

@@ -30,8 +30,10 @@ type record struct {
 	FinishedMs int64    `csv:"finished_ms"`
 	Text       string   `csv:"text"`
 	// Absent from a file written before them: nil.
-	PromptTokens     *int `csv:"prompt_tokens,omitempty"`
-	CompletionTokens *int `csv:"completion_tokens,omitempty"`
+	PromptTokens     *int     `csv:"prompt_tokens,omitempty"`
+	CompletionTokens *int     `csv:"completion_tokens,omitempty"`
+	CostUSD          *float64 `csv:"cost_usd,omitempty"`
+	Cached           string   `csv:"cached"`
 }
 
 func (r record) row() Row {
@@ -53,6 +55,10 @@ func (r record) row() Row {
 			row.CompletionTokens = *r.CompletionTokens
 		}
 	}
+	if r.CostUSD != nil {
+		row.CostUSD, row.Costed = *r.CostUSD, true
+	}
+	row.Cached = r.Cached == "true"
 	if r.StartedMs != nil {
 		row.StartedMs = *r.StartedMs
 		if r.LatencyMs != nil {
@@ -103,8 +109,8 @@ func NewStream(r io.ReaderAt, size int64, includeText bool) (*Stream, error) {
 	if err != nil {
 		return nil, err
 	}
-	if want := Columns(includeText); !slices.Equal(header, want) && !slices.Equal(header, legacyColumns(includeText)) {
-		if slices.Equal(header, Columns(!includeText)) || slices.Equal(header, legacyColumns(!includeText)) {
+	if !slices.ContainsFunc(readable(includeText), func(h []string) bool { return slices.Equal(h, header) }) {
+		if slices.ContainsFunc(readable(!includeText), func(h []string) bool { return slices.Equal(h, header) }) {
 			return nil, fmt.Errorf("%w: it was written %s --include-text", ErrHeader, map[bool]string{true: "with", false: "without"}[!includeText])
 		}
 		return nil, ErrHeader

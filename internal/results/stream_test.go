@@ -71,7 +71,7 @@ func TestStreamRoundTrip(t *testing.T) {
 func TestStreamDropsTornLastRecord(t *testing.T) {
 	b := written(t, true, sample...)
 	full := len(b)
-	lastStart := full - len("c,502,,,upstream_failed,m,5,100,HTTP 503: service unavailable,0,0,300,x,,\n")
+	lastStart := full - len("c,502,,,upstream_failed,m,5,100,HTTP 503: service unavailable,0,0,300,x,,,,false\n")
 	for cut := lastStart; cut <= full; cut++ {
 		rows, s, err := readAll(t, b[:cut], true)
 		if err != nil {

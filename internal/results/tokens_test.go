@@ -22,10 +22,10 @@ func TestTokenColumnsAndBlankScoreRoundTrip(t *testing.T) {
 	for _, text := range []bool{false, true} {
 		b := written(t, text, rows...)
 		lines := strings.Split(string(b), "\n")
-		if !strings.HasSuffix(lines[0], ",finished_ms,prompt_tokens,completion_tokens") && !strings.HasSuffix(lines[0], ",text,prompt_tokens,completion_tokens") {
+		if !strings.HasSuffix(lines[0], ",finished_ms,prompt_tokens,completion_tokens,cost_usd,cached") && !strings.HasSuffix(lines[0], ",text,prompt_tokens,completion_tokens,cost_usd,cached") {
 			t.Fatalf("header %q", lines[0])
 		}
-		if !strings.HasPrefix(lines[1], "a,200,positive,,success,") || !strings.HasSuffix(lines[1], ",61,2") || !strings.HasSuffix(lines[2], ",,") {
+		if !strings.HasPrefix(lines[1], "a,200,positive,,success,") || !strings.HasSuffix(lines[1], ",61,2,,false") || !strings.HasSuffix(lines[2], ",,,,false") {
 			t.Fatalf("rows:\n%s", b)
 		}
 		got, _, err := readAll(t, b, text)
@@ -57,5 +57,34 @@ func TestStreamReadsFilesWithoutTokenColumns(t *testing.T) {
 		if _, _, err := readAll(t, []byte(old), !text); err == nil {
 			t.Fatalf("text %v: read as the other form", text)
 		}
+	}
+}
+
+// The cost columns come after the token columns: cost_usd blank without a
+// price, 0 for a row answered without a call; cached true for a cache hit.
+// Both read back; a file written before them (with the token columns) is
+// still read.
+func TestCostColumnsRoundTrip(t *testing.T) {
+	rows := []Row{
+		{RequestID: "a", Label: "positive", Score: 0.9, Outcome: outcome.Success, Model: "m", Attempts: 1, FinishedMs: 5,
+			PromptTokens: 61, CompletionTokens: 2, Tokens: true, CostUSD: 0.1 + 0.2, Costed: true},
+		{RequestID: "b", Label: "negative", Score: 0.8, Outcome: outcome.Success, Model: "m", StartedMs: -1, FinishedMs: 6, Costed: true, Cached: true},
+		{RequestID: "c", Outcome: outcome.UpstreamFailed, Attempts: 1, FinishedMs: 7},
+	}
+	b := written(t, false, rows...)
+	lines := strings.Split(string(b), "\n")
+	if !strings.HasSuffix(lines[1], ",61,2,0.3,false") || !strings.HasSuffix(lines[2], ",,,0,true") || !strings.HasSuffix(lines[3], ",,,,false") {
+		t.Fatalf("rows:\n%s", b)
+	}
+	got, _, err := readAll(t, b, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !got[0].Costed || got[0].CostUSD != 0.3 || !got[1].Cached || !got[1].Costed || got[1].CostUSD != 0 || got[2].Costed || got[2].Cached {
+		t.Fatalf("read back %+v", got)
+	}
+	old := strings.Join(Columns(false)[:len(Columns(false))-2], ",") + "\na,200,POSITIVE,0.9,success,m,1,3,,0,0,3,10,1\n"
+	if got, _, err := readAll(t, []byte(old), false); err != nil || len(got) != 1 || !got[0].Tokens || got[0].Costed {
+		t.Fatalf("a file without the cost columns: %+v, %v", got, err)
 	}
 }

@@ -21,9 +21,9 @@ func TestWriterFormatsAndFreezes(t *testing.T) {
 	if err := w.Write(rows); err != nil {
 		t.Fatal(err)
 	}
-	want := "request_id,status,label,score,outcome,model,attempts,latency_ms,error,queued_ms,started_ms,finished_ms,text,prompt_tokens,completion_tokens\n" +
-		"a,200,POSITIVE,0.9988,success,m,2,31,,1,2,33,\"x, \"\"y\"\"\",,\n" +
-		"b,422,,,invalid_input,,0,,blank text,3,,3,,,\n"
+	want := "request_id,status,label,score,outcome,model,attempts,latency_ms,error,queued_ms,started_ms,finished_ms,text,prompt_tokens,completion_tokens,cost_usd,cached\n" +
+		"a,200,POSITIVE,0.9988,success,m,2,31,,1,2,33,\"x, \"\"y\"\"\",,,,false\n" +
+		"b,422,,,invalid_input,,0,,blank text,3,,3,,,,,false\n"
 	if buf.String() != want {
 		t.Fatalf("got\n%s\nwant\n%s", buf.String(), want)
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
+	"github.com/hfsent/hfsent/internal/cache"
 	"github.com/hfsent/hfsent/internal/engine"
 	"github.com/hfsent/hfsent/internal/fakehf"
 	"github.com/hfsent/hfsent/internal/provider"
@@ -36,6 +37,8 @@ type setup struct {
 	res  resilience.Config
 	cfg  Config
 	wrap func(provider.Classifier) provider.Classifier // around the HF client, inside the policies
+	// cacheDir, when set, is a response cache for the pipeline.
+	cacheDir string
 }
 
 func defaults() *setup {
@@ -88,6 +91,16 @@ func start(t *testing.T, f *fakehf.Fake, tune ...func(*setup)) *harness {
 	log := slog.New(slog.NewJSONHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	st.res.Logger = log
 	st.cfg.Logger = log
+	if st.cacheDir != "" {
+		f, err := cache.OpenFile(context.Background(), st.cacheDir, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := cache.New(f, cache.Options{})
+		t.Cleanup(func() { c.Close(context.Background()) })
+		k, _ := cache.NewKeyer("hf", hf)
+		st.cfg.Pipeline.Cache, st.cfg.Pipeline.Keys = c, &k
+	}
 	h.s = New(resilience.Build(client, st.res), m, st.cfg)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -117,6 +117,12 @@ func (m *Metrics) watch(s *Server) {
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "hfsent_reused_total",
 			Help: "Texts answered with an identical text's answer (in flight or recent), without a call."},
 			func() float64 { return float64(s.p.Stats().Reused) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "hfsent_cache_hits_total",
+			Help: "Texts answered from the response cache (the same request answered before), without a call and without a slot."},
+			func() float64 { return float64(s.p.Stats().CacheHits) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "hfsent_cost_usd_total",
+			Help: "USD the provider calls cost: their reported usage at --price-in/--price-out or --prices (or the cost the server reported), failed calls' too; 0 without prices."},
+			func() float64 { return s.p.Guard().Ledger().Totals().Spent }),
 	)
 }
 

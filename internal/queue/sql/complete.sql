@@ -12,9 +12,10 @@ with done as (
 	-- The results, one array per column.
 	select * from unnest(@seq::bigint[], @attempt::int[], @action::text[], @outcome::text[], @label::text[], @score::float8[],
 	                     @model::text[], @attempts::int[], @latency_ms::bigint[], @error::text[], @wait_ms::bigint[],
-	                     @total_ms::bigint[], @delay_ms::bigint[], @prompt_tokens::int[], @completion_tokens::int[])
+	                     @total_ms::bigint[], @delay_ms::bigint[], @prompt_tokens::int[], @completion_tokens::int[],
+	                     @cost_usd::float8[], @cached::bool[])
 	  as done(seq, attempt, action, outcome, label, score, model, attempts, latency_ms, error, wait_ms, total_ms, delay_ms,
-	          prompt_tokens, completion_tokens)
+	          prompt_tokens, completion_tokens, cost_usd, cached)
 ),
 written as (
 	-- The fence: state, owner, attempt.
@@ -36,7 +37,8 @@ queued as (
 ),
 saved as (
 	insert into hfsent.result as r (batch_id, seq, outcome, label, score, model, attempts, claims, latency_ms, error,
-	                                queued_ms, started_ms, finished_ms, finished_at, worker, prompt_tokens, completion_tokens)
+	                                queued_ms, started_ms, finished_ms, finished_at, worker, prompt_tokens, completion_tokens,
+	                                cost_usd, cached)
 	select @batch, done.seq, done.outcome, done.label, done.score, done.model,
 	       -- The provider calls of every claim of the row: those of the
 	       -- results before (prior), one for each claim since that wrote
@@ -50,7 +52,12 @@ saved as (
 	       case when coalesce(prior.prompt_tokens, done.prompt_tokens) is not null
 	            then coalesce(prior.prompt_tokens, 0) + coalesce(done.prompt_tokens, 0) end,
 	       case when coalesce(prior.completion_tokens, done.completion_tokens) is not null
-	            then coalesce(prior.completion_tokens, 0) + coalesce(done.completion_tokens, 0) end
+	            then coalesce(prior.completion_tokens, 0) + coalesce(done.completion_tokens, 0) end,
+	       -- What every claim's calls cost (null: no price known, ever),
+	       -- and whether this claim's answer came from the cache.
+	       case when coalesce(prior.cost_usd, done.cost_usd) is not null
+	            then coalesce(prior.cost_usd, 0) + coalesce(done.cost_usd, 0) end,
+	       done.cached
 	from done join queued on queued.seq = done.seq
 	left join hfsent.result prior on prior.batch_id = @batch and prior.seq = done.seq
 	where done.action <> 'giveback'
@@ -59,7 +66,8 @@ saved as (
 		attempts = excluded.attempts, claims = excluded.claims, latency_ms = excluded.latency_ms, error = excluded.error,
 		queued_ms = excluded.queued_ms, started_ms = excluded.started_ms, finished_ms = excluded.finished_ms,
 		finished_at = excluded.finished_at, worker = excluded.worker,
-		prompt_tokens = excluded.prompt_tokens, completion_tokens = excluded.completion_tokens
+		prompt_tokens = excluded.prompt_tokens, completion_tokens = excluded.completion_tokens,
+		cost_usd = excluded.cost_usd, cached = excluded.cached
 )
 select seq from written
 union all

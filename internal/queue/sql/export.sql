@@ -9,7 +9,7 @@ select inp.request_id, i.state, coalesce(r.outcome, ''), coalesce(r.label, ''), 
        coalesce(r.latency_ms, 0), coalesce(r.error, ''),
        coalesce(r.queued_ms, 0), coalesce(r.started_ms, -1), coalesce(r.finished_ms, 0),
        case when @include_text::bool then inp.text else '' end,
-       r.prompt_tokens, r.completion_tokens
+       r.prompt_tokens, r.completion_tokens, r.cost_usd, coalesce(r.cached, false)
 from hfsent.item i
 join hfsent.input inp on inp.batch_id = i.batch_id and inp.seq = i.seq
 left join hfsent.result r on r.batch_id = i.batch_id and r.seq = i.seq

@@ -1,0 +1,245 @@
+package cache
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Cache is a Store as a run uses it: lookups in batches, entries queued
+// and written in batches by one goroutine (a call's answer is never held
+// up by a write), and the run's hits and savings counted. A store that
+// fails (damaged, unreachable, full) is switched off for the rest of the
+// run with one warning: the rows it would have answered are sent, never
+// answered wrongly. Safe for concurrent use.
+type Cache struct {
+	store Store
+	log   *slog.Logger
+	// advice says what to do about a store found damaged (the command's
+	// flags): said in the warning.
+	advice string
+
+	off     atomic.Bool
+	offOnce sync.Once
+	queue   chan Stored
+	bad     chan Key
+	done    chan struct{}
+	closed  sync.Once
+
+	hits, misses, damaged, stored atomic.Int64
+	mu                            sync.Mutex
+	saved                         Totals
+}
+
+// Options tune a Cache.
+type Options struct {
+	Logger *slog.Logger
+	// Advice words the way out of a store that failed, e.g. "run hfsent
+	// cache clear, or pass --no-cache".
+	Advice string
+}
+
+// queueLen bounds the entries waiting to be written: a put waits when
+// they are this many (the writer commits hundreds at a time).
+const queueLen = 4096
+
+// New starts a Cache in front of s; Close stops it.
+func New(s Store, o Options) *Cache {
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	c := &Cache{store: s, log: o.Logger, advice: o.Advice, queue: make(chan Stored, queueLen), bad: make(chan Key, queueLen), done: make(chan struct{})}
+	go c.write()
+	return c
+}
+
+// Name is where the store is.
+func (c *Cache) Name() string { return c.store.Name() }
+
+// Store is the store behind the cache.
+func (c *Cache) Store() Store { return c.store }
+
+// Hit is what a lookup found for one key.
+type Hit struct {
+	Entry Entry
+	Found bool
+}
+
+// Lookup finds keys' entries; hits[i] is keys[i]'s. An entry whose key or
+// checksum does not hold is damage: a miss (counted, and deleted), never
+// an answer. A store that fails makes every key a miss, now and for the
+// rest of the run.
+func (c *Cache) Lookup(ctx context.Context, keys []Key) []Hit {
+	hits := make([]Hit, len(keys))
+	if c.off.Load() || len(keys) == 0 {
+		c.misses.Add(int64(len(keys)))
+		return hits
+	}
+	got, err := c.store.Get(ctx, keys)
+	if err != nil {
+		c.fail("read", err)
+		c.misses.Add(int64(len(keys)))
+		return hits
+	}
+	byKey := make(map[Key]Stored, len(got))
+	for _, s := range got {
+		byKey[s.Key] = s
+	}
+	var saved Totals
+	for i, k := range keys {
+		s, ok := byKey[k]
+		if !ok {
+			c.misses.Add(1)
+			continue
+		}
+		e, ok := s.open(k)
+		if !ok {
+			c.damaged.Add(1)
+			c.misses.Add(1)
+			select {
+			case c.bad <- k:
+			default:
+			}
+			continue
+		}
+		hits[i] = Hit{Entry: e, Found: true}
+		saved.Hits++
+		if e.Usage.Known {
+			saved.SavedPrompt += int64(e.Usage.Prompt)
+			saved.SavedCompletion += int64(e.Usage.Completion)
+		}
+	}
+	c.hits.Add(saved.Hits)
+	c.addSaved(saved)
+	return hits
+}
+
+// Saved adds what a hit saved in USD (the engine prices it).
+func (c *Cache) Saved(usd float64) { c.addSaved(Totals{SavedUSD: usd, Costed: true}) }
+
+func (c *Cache) addSaved(t Totals) {
+	c.mu.Lock()
+	c.saved = c.saved.Add(t)
+	c.mu.Unlock()
+}
+
+// Put queues e to be stored under k; it waits while the queue is full.
+// Only a final, usable answer may be put (the caller's rule).
+func (c *Cache) Put(k Key, e Entry) {
+	if c.off.Load() || e.Label == "" {
+		return
+	}
+	if e.At.IsZero() {
+		e.At = time.Now()
+	}
+	select {
+	case c.queue <- seal(Record{Key: k, Entry: e}):
+	case <-c.done:
+	}
+}
+
+// write commits what is queued, as much at a time as is waiting.
+func (c *Cache) write() {
+	defer close(c.done)
+	batch := make([]Stored, 0, 256)
+	for s := range c.queue {
+		batch = append(batch[:0], s)
+	more:
+		for len(batch) < cap(batch) {
+			select {
+			case s, ok := <-c.queue:
+				if !ok {
+					break more
+				}
+				batch = append(batch, s)
+			default:
+				break more
+			}
+		}
+		c.dropBad()
+		if c.off.Load() {
+			continue
+		}
+		if err := c.store.Put(context.Background(), batch); err != nil {
+			c.fail("write", err)
+			continue
+		}
+		c.stored.Add(int64(len(batch)))
+	}
+	c.dropBad()
+}
+
+// dropBad deletes the entries found damaged so far.
+func (c *Cache) dropBad() {
+	var keys []Key
+	for {
+		select {
+		case k := <-c.bad:
+			keys = append(keys, k)
+			continue
+		default:
+		}
+		break
+	}
+	if len(keys) > 0 && !c.off.Load() {
+		if err := c.store.Delete(context.Background(), keys); err != nil {
+			c.fail("write", err)
+		}
+	}
+}
+
+// fail switches the cache off for the run, saying so once.
+func (c *Cache) fail(what string, err error) {
+	c.offOnce.Do(func() {
+		c.off.Store(true)
+		msg := "the response cache cannot be used for the rest of this run; rows are sent to the provider"
+		if errors.Is(err, ErrDamaged) {
+			msg = "the response cache is damaged and is not used for the rest of this run; rows are sent to the provider"
+		}
+		if c.advice != "" {
+			msg += "; " + c.advice
+		}
+		c.log.Warn(msg, "cache", c.store.Name(), "op", what, "err", err.Error())
+	})
+}
+
+// RunStats is what a run did with the cache.
+type RunStats struct {
+	Hits, Misses int64
+	// Damaged: entries found whose checksum failed (asked again).
+	Damaged int64
+	Stored  int64 // entries written
+	Off     bool  // the store failed and was switched off
+	Totals        // hits and what they saved
+}
+
+// Stats is what the run did so far.
+func (c *Cache) Stats() RunStats {
+	c.mu.Lock()
+	t := c.saved
+	c.mu.Unlock()
+	return RunStats{Hits: c.hits.Load(), Misses: c.misses.Load(), Damaged: c.damaged.Load(), Stored: c.stored.Load(), Off: c.off.Load(), Totals: t}
+}
+
+// Close writes what is queued and the run's totals, and closes the store.
+func (c *Cache) Close(ctx context.Context) error {
+	var err error
+	c.closed.Do(func() {
+		close(c.queue)
+		<-c.done
+		st := c.Stats()
+		if st.Damaged > 0 {
+			c.log.Warn("cache entries failed their checksum and were asked again (and replaced)", "cache", c.store.Name(), "entries", st.Damaged)
+		}
+		if !c.off.Load() && st.Hits > 0 {
+			err = c.store.AddTotals(ctx, st.Totals)
+		}
+		if cerr := c.store.Close(); err == nil {
+			err = cerr
+		}
+	})
+	return err
+}

@@ -1,0 +1,175 @@
+package engine
+
+import (
+	"context"
+
+	"github.com/hfsent/hfsent/internal/cache"
+	"github.com/hfsent/hfsent/internal/outcome"
+	"github.com/hfsent/hfsent/internal/provider"
+	"github.com/hfsent/hfsent/internal/results"
+)
+
+// The response cache on the row's path. Admission takes jobs in small
+// batches (lookupBatch, those already queued) and looks their keys up in
+// one go, before any of them is given a slot: a hit costs no call and no
+// slot, and is answered at once (claim), whatever brought the row. A
+// success or a fallback's answer is stored when its call ends (store).
+
+// lookupBatch is the most jobs looked up at once.
+const lookupBatch = 64
+
+// cachedJob is what admission knows of a job's cache entry.
+type cachedJob struct {
+	// key is the request's (keyed: it could be made), made when the job
+	// is submitted, on the submitter's goroutine (classify's reader, a
+	// request's handler): admission only looks it up.
+	key   cache.Key
+	keyed bool
+	hit   *cache.Entry // found: the row is answered with it
+	// usage is what the call that answered cost (the last, not its
+	// retries): what a later hit saves.
+	usage provider.Usage
+}
+
+// next is the next job for admission, its cache entry looked up; ok is
+// false once submission has ended and every job is taken.
+func (p *Pipeline) next() (*Job, bool) {
+	if j := p.popAhead(); j != nil {
+		return j, true
+	}
+	j, ok := <-p.admitq
+	if !ok {
+		return nil, false
+	}
+	return p.fill(j), true
+}
+
+// nextNow is next without waiting: nil when no job is queued now.
+func (p *Pipeline) nextNow() (j *Job, ok bool) {
+	if j := p.popAhead(); j != nil {
+		return j, true
+	}
+	select {
+	case j, ok = <-p.admitq:
+		if !ok {
+			return nil, false
+		}
+		return p.fill(j), true
+	default:
+		return nil, true
+	}
+}
+
+func (p *Pipeline) popAhead() *Job {
+	if len(p.ahead) == 0 {
+		return nil
+	}
+	j := p.ahead[0]
+	p.ahead[0] = nil
+	p.ahead = p.ahead[1:]
+	p.aheadN.Add(-1)
+	return j
+}
+
+// fill looks up j and the jobs queued behind it (up to lookupBatch, kept
+// ahead), and returns j.
+func (p *Pipeline) fill(j *Job) *Job {
+	if p.cfg.Cache == nil || p.cfg.Keys == nil {
+		return j
+	}
+	batch := append(make([]*Job, 0, lookupBatch), j)
+more:
+	for len(batch) < lookupBatch {
+		select {
+		case k, ok := <-p.admitq:
+			if !ok {
+				break more
+			}
+			batch = append(batch, k)
+		default:
+			break more
+		}
+	}
+	p.lookup(batch)
+	if len(batch) > 1 {
+		p.ahead = append(p.ahead, batch[1:]...)
+		p.aheadN.Add(int64(len(batch) - 1))
+	}
+	return j
+}
+
+// lookup finds the cache entries of jobs' requests.
+func (p *Pipeline) lookup(jobs []*Job) {
+	keys := make([]cache.Key, 0, len(jobs))
+	idx := make([]int, 0, len(jobs))
+	for i, j := range jobs {
+		if j.cache.keyed {
+			keys = append(keys, j.cache.key)
+			idx = append(idx, i)
+		}
+	}
+	for n, h := range p.cfg.Cache.Lookup(context.Background(), keys) {
+		if h.Found {
+			e := h.Entry
+			jobs[idx[n]].cache.hit = &e
+		}
+	}
+}
+
+// keyJob makes j's key, if there is a cache.
+func (p *Pipeline) keyJob(j *Job) {
+	if p.cfg.Cache != nil && p.cfg.Keys != nil {
+		j.cache.key, j.cache.keyed = p.cfg.Keys.Key(j.Row.Text)
+	}
+}
+
+// answersHits reports whether a hit is still answered although admission
+// stopped: it costs nothing, so a spending limit or a provider that
+// refuses the calls does not refuse it; an interrupt does.
+func (p *Pipeline) answersHits() bool {
+	r := p.StopReason()
+	return r == StopNone || r == StopMaxSpend || r.ProviderStop()
+}
+
+// finishCached answers j from the cache: no call, no slot, attempts 0. It
+// returns the row it finished j with.
+func (p *Pipeline) finishCached(j *Job) results.Row {
+	e := j.cache.hit
+	p.cacheHits.Add(1)
+	res := results.Row{Outcome: outcome.Success, Label: e.Label, Score: e.Score, Model: e.Model, StartedMs: -1, Cached: true}
+	if l := p.guard.Ledger(); l != nil {
+		if usd, ok := l.Cost(e.Model, e.Usage, false); ok {
+			p.cfg.Cache.Saved(usd)
+		}
+	}
+	p.finish(j, res)
+	return res
+}
+
+// store keeps a row's final, usable answer: a success under its request's
+// key, a fallback's under the fallback's own; nothing else is stored. The
+// key is made again now: the request a client sends may have changed
+// since the lookup (a server that refused logprobs is asked without them
+// for the rest of the run), and the answer is the one to what was sent.
+func (p *Pipeline) store(j *Job, res results.Row) {
+	if p.cfg.Cache == nil || res.Label == "" || res.Cached {
+		return
+	}
+	keys := p.cfg.Keys
+	switch res.Outcome {
+	case outcome.Success:
+	case outcome.Fallback:
+		keys = p.cfg.FallbackKeys
+	default:
+		return
+	}
+	if keys == nil {
+		return
+	}
+	k, ok := keys.Key(j.Row.Text)
+	if !ok {
+		return
+	}
+	p.cfg.Cache.Put(k, cache.Entry{Label: res.Label, Score: res.Score, Model: res.Model,
+		Fallback: res.Outcome == outcome.Fallback, Usage: j.cache.usage})
+}
