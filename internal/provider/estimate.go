@@ -53,7 +53,13 @@ func (c *Chat) EstimateUsage(text string) (expected, bound Usage) {
 		bound.Prompt += len(s)/3 + 1 + tokensPerMessage
 	}
 	n := 0
+	inObject := c.Constraint() == ConstrainJSONSchema
 	for _, l := range c.labels {
+		if inObject {
+			// The schema's answer is the label in an object: {"label": "…"}.
+			n += EstimateText(`{"label": "`+l+`"}`) + 1
+			continue
+		}
 		n += EstimateText(l) + 1 // and a full stop, or a closing quote
 	}
 	expected.Completion = (n + len(c.labels)/2) / max(1, len(c.labels))
