@@ -22,6 +22,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/hfsent/hfsent/internal/visible"
 )
 
 //go:embed sql/*.sql
@@ -86,10 +88,8 @@ func CheckName(name string) error {
 	case utf8.RuneCountInString(name) > MaxNameChars:
 		return fmt.Errorf("%w: over %d characters", ErrName, MaxNameChars)
 	}
-	for _, r := range name {
-		if unicode.IsControl(r) || unicode.In(r, unicode.Cf, unicode.Zl, unicode.Zp) {
-			return fmt.Errorf("%w: %s holds %U: a name may hold letters, digits, punctuation, symbols and spaces", ErrName, strconv.Quote(name), r)
-		}
+	if r, i := visible.Hidden(name); i >= 0 {
+		return fmt.Errorf("%w: %s holds %U: a name may hold letters, digits, punctuation, symbols and spaces", ErrName, strconv.Quote(name), r)
 	}
 	return nil
 }

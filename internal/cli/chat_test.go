@@ -285,3 +285,39 @@ func TestClassifyZeroShot(t *testing.T) {
 		t.Fatalf("request %s", f.Bodies()[0])
 	}
 }
+
+// --labels '"a,b",c' was three labels, `"a`, `b"` and `c`, and `"a` was
+// written as a label with success; a label holding a zero-width or a
+// bidirectional control character was taken, where a budget's or a
+// batch's name holding one is refused. Both are refused now, exit 2 before
+// any call, by classify, check and queue push alike.
+func TestLabelsWithQuotesOrHiddenCharactersRefused(t *testing.T) {
+	f := &fakehf.Chat{}
+	srv := fakehf.StartChat(f)
+	defer srv.Close()
+	in := writeFile(t, "in.csv", csvOf("a", "b"))
+	for _, labels := range []string{`"a,b",c`, `a,"b"`, "pos\u200bitive,negative", "positive,\u202enegative", "positive,neg\u2066ative", "a,b\u00ad"} {
+		for _, args := range [][]string{
+			append([]string{"classify", in, "-o", filepath.Join(t.TempDir(), "out.csv")}, chatArgs(srv.URL, "--labels", labels)...),
+			append([]string{"check"}, chatArgs(srv.URL, "--labels", labels)...),
+			{"queue", "push", in, "--batch", "b", "--db", "postgres://127.0.0.1:1/none", "--provider", "chat", "--model", "m", "--labels", labels},
+		} {
+			cmd := args[:2]
+			r := runMain(t, map[string]string{"HF_TOKEN": "hf_test"}, "", args...)
+			if r.code != 2 || !strings.Contains(r.stderr, "--labels") || strings.Contains(r.stderr, "panic") {
+				t.Errorf("%s --labels %q: exit %d, stderr %q; want 2 naming --labels", cmd[0], labels, r.code, r.stderr)
+			}
+		}
+	}
+	r := runMain(t, nil, "", "classify", in, "--provider", "chat", "--model", "m", "--endpoint", srv.URL, "--labels", `"a,b",c`)
+	if !strings.Contains(r.stderr, "quote at character 1") {
+		t.Errorf("the quote is not named: %s", r.stderr)
+	}
+	r = runMain(t, nil, "", "classify", in, "--provider", "chat", "--model", "m", "--endpoint", srv.URL, "--labels", "a,b\u200bc")
+	if !strings.Contains(r.stderr, "U+200B at character 2") {
+		t.Errorf("the zero-width space is not named: %s", r.stderr)
+	}
+	if f.Calls() != 0 {
+		t.Fatalf("%d calls sent", f.Calls())
+	}
+}

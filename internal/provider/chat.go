@@ -15,8 +15,10 @@ import (
 	"sync/atomic"
 	"time"
 	"unicode"
+	"unicode/utf8"
 
 	"github.com/hfsent/hfsent/internal/outcome"
+	"github.com/hfsent/hfsent/internal/visible"
 )
 
 // DefaultChatEndpoint is Hugging Face Inference Providers' OpenAI-compatible
@@ -110,7 +112,11 @@ func NewChat(cfg ChatConfig) (*Chat, error) {
 
 // CheckLabels refuses a set of labels a chat model could not be held to:
 // fewer than MinLabels or more than MaxLabels, a blank one, or two that
-// are the same once normalised as answers are (case, spaces, quotes).
+// are the same once normalised as answers are (case, spaces, quotes). A
+// label must show as it is (visible.Hidden, the rule for batch and budget
+// names): one holding a zero-width or bidirectional control character
+// would be written to the results looking like another label, or like
+// none.
 func CheckLabels(labels []string) error {
 	if len(labels) < MinLabels || len(labels) > MaxLabels {
 		return fmt.Errorf("want %d to %d labels, got %d", MinLabels, MaxLabels, len(labels))
@@ -118,13 +124,15 @@ func CheckLabels(labels []string) error {
 	seen := map[string]string{}
 	for _, l := range labels {
 		n := normalise(l)
-		switch {
+		switch r, at := visible.Hidden(l); {
+		case !utf8.ValidString(l):
+			return fmt.Errorf("label %q is not UTF-8", l)
 		case n == "":
 			return errors.New("a label is empty")
 		case len([]rune(l)) > MaxLabelLen:
 			return fmt.Errorf("a label is longer than %d characters", MaxLabelLen)
-		case strings.IndexFunc(l, unicode.IsControl) >= 0:
-			return fmt.Errorf("label %q holds a control character", l)
+		case at >= 0:
+			return fmt.Errorf("label %q holds %U at character %d: a label may hold letters, digits, punctuation, symbols and spaces", l, r, at+1)
 		}
 		if prev, ok := seen[n]; ok {
 			return fmt.Errorf("labels %q and %q are the same label", prev, l)

@@ -311,7 +311,8 @@ func TestCheckLabels(t *testing.T) {
 	for i := range many {
 		many[i] = strings.Repeat("x", i+1)
 	}
-	for _, bad := range [][]string{nil, {"a"}, {"a", ""}, {"a", "A"}, {"yes", " \"Yes\" "}, many, {"a", strings.Repeat("b", 101)}, {"a", "b\x1b[31m"}} {
+	for _, bad := range [][]string{nil, {"a"}, {"a", ""}, {"a", "A"}, {"yes", " \"Yes\" "}, many, {"a", strings.Repeat("b", 101)}, {"a", "b\x1b[31m"},
+		{"a", "b\u200b"}, {"a", "\u202eb"}, {"a", "b\u2028c"}, {"a", "\xffb"}} {
 		if err := provider.CheckLabels(bad); err == nil {
 			t.Errorf("%q taken", bad)
 		}
