@@ -2,6 +2,7 @@ package cli
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"strings"
 	"unicode/utf8"
@@ -81,7 +82,7 @@ func (o *labelOptions) validate(kind provider.Kind, fs *pflag.FlagSet, fallback 
 		if !kind.Chat && !strings.HasPrefix(fallback, chatPrefix) {
 			return usageErrorf("--prompt-file is for --provider chat (or a chat:MODEL --fallback-model)")
 		}
-		b, err := os.ReadFile(o.promptFile)
+		b, err := readBounded(o.promptFile, maxPromptSize)
 		switch {
 		case err != nil:
 			return usageErrorf("--prompt-file: cannot read %s: %s", o.promptFile, unwrapPathError(err))
@@ -107,6 +108,18 @@ func (o *labelOptions) validate(kind provider.Kind, fs *pflag.FlagSet, fallback 
 		return usageErrorf("--labels is not for --provider %s: its server takes no candidate labels", kind.Name)
 	}
 	return nil
+}
+
+// readBounded reads at most limit+1 bytes of path: enough to tell a file
+// over limit, never more, whatever it is (/dev/zero, a FIFO that never
+// ends, a file of gigabytes).
+func readBounded(path string, limit int64) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return io.ReadAll(io.LimitReader(f, limit+1))
 }
 
 func envName(s string) bool {

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -319,5 +320,46 @@ func TestLabelsWithQuotesOrHiddenCharactersRefused(t *testing.T) {
 	}
 	if f.Calls() != 0 {
 		t.Fatalf("%d calls sent", f.Calls())
+	}
+}
+
+// A template holding {text} 10,000 times sent requests of 35 MB for texts
+// of 3.5 KB (235 MB of RSS for 8 rows), and --tpm reserved as if {text}
+// were there once. Such rows are invalid_input now, before admission: no
+// call, no slot, no tokens; the error says why and what to change, and
+// the run goes on with the rows whose prompt fits (its 10,000 copies of
+// "ok" are sent).
+func TestPromptOverItsBoundIsInvalidInput(t *testing.T) {
+	f := &fakehf.Chat{}
+	srv := fakehf.StartChat(f)
+	defer srv.Close()
+	prompt := writeFile(t, "prompt.txt", "Pick one of {labels}.\n"+strings.Repeat("{text}", 10_000))
+	var in strings.Builder
+	in.WriteString("request_id,text\n")
+	for i := range 8 {
+		fmt.Fprintf(&in, "r%d,%s %d\n", i, strings.Repeat("a long review of the service ", 120), i)
+	}
+	in.WriteString("short,ok\n")
+	out := filepath.Join(t.TempDir(), "out.csv")
+	r := runMain(t, map[string]string{"HF_TOKEN": "hf_test"}, "", append([]string{"classify", writeFile(t, "in.csv", in.String()), "-o", out,
+		"--prompt-file", prompt}, chatArgs(srv.URL)...)...)
+	if r.code != 1 {
+		t.Fatalf("exit %d, want 1: %s", r.code, r.stderr)
+	}
+	b, _ := os.ReadFile(out)
+	rows := parseResults(t, string(b))
+	if len(rows) != 9 {
+		t.Fatalf("exit %d, %d rows, want 1 and 9: %s", r.code, len(rows), r.stderr)
+	}
+	for _, row := range rows[:8] {
+		if row["outcome"] != "invalid_input" || !strings.HasPrefix(row["error"], "the prompt would be 33.2 MiB, over the 4.0 MiB a prompt may hold: --prompt-file holds {text} 10000 times") || row["attempts"] != "0" {
+			t.Fatalf("row %s: %s %q (attempts %s)", row["request_id"], row["outcome"], row["error"], row["attempts"])
+		}
+	}
+	if rows[8]["outcome"] != "success" || f.Calls() != 1 {
+		t.Fatalf("the short row: %v; %d calls, want 1", rows[8], f.Calls())
+	}
+	if n := len(f.Bodies()[0]); n > 40_000 {
+		t.Fatalf("the one call sent %d bytes", n)
 	}
 }

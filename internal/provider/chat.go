@@ -73,6 +73,10 @@ type Chat struct {
 	// every label among the first token's alternatives, up to OpenAI's 20.
 	maxTokens, topLogprobs int
 	labelsText             string
+	// A call's messages hold fixedLen bytes and the text textCount times
+	// (promptBytes): the template's {text}s, or the instruction and the
+	// text once.
+	fixedLen, textCount int
 	// noLogprobs is set, once per run, when the server refused logprobs.
 	noLogprobs atomic.Bool
 	warnOnce   sync.Once
@@ -107,7 +111,51 @@ func NewChat(cfg ChatConfig) (*Chat, error) {
 	c.maxTokens = min(longest+4, 256)
 	c.topLogprobs = min(max(len(c.labels), 5), MaxTopLogprobs)
 	c.labelsText = strings.Join(c.labels, ", ")
+	if cfg.Prompt == "" {
+		c.fixedLen, c.textCount = len(strings.ReplaceAll(defaultInstruction, "{labels}", c.labelsText)), 1
+	} else {
+		// {labels} and {text} never overlap, so each is counted alone as
+		// the replacer (body) finds them.
+		c.textCount = strings.Count(cfg.Prompt, "{text}")
+		nl := strings.Count(cfg.Prompt, "{labels}")
+		c.fixedLen = len(cfg.Prompt) - c.textCount*len("{text}") + nl*(len(c.labelsText)-len("{labels}"))
+	}
 	return c, nil
+}
+
+// MaxPromptBytes bounds the messages one call sends: the template with the
+// labels and the text in place, or the instruction and the text. It holds
+// the longest text --max-chars allows (1,000,000 characters of up to 4
+// bytes) once in a --prompt-file of 64 KiB; what it refuses is a template
+// that repeats {text} (10,000 times made requests of 35 MB).
+const MaxPromptBytes = 4 << 20
+
+// promptBytes is the size of the messages a call for text sends, counted
+// without building them.
+func (c *Chat) promptBytes(text string) int { return c.fixedLen + c.textCount*len(text) }
+
+// CheckText says, before any call, whether the prompt for text can be
+// sent: an *Error (invalid_input) when it would be over MaxPromptBytes,
+// for the row alone; nil otherwise.
+func (c *Chat) CheckText(text string) error {
+	n := c.promptBytes(text)
+	if n <= MaxPromptBytes {
+		return nil
+	}
+	why := fmt.Sprintf("the text is %s", mib(len(text)))
+	if c.cfg.Prompt != "" {
+		why = fmt.Sprintf("--prompt-file holds {text} %d times and the text is %s", c.textCount, mib(len(text)))
+	}
+	return &Error{Outcome: outcome.InvalidInput, Msg: fmt.Sprintf("the prompt would be %s, over the %s a prompt may hold: %s; put {text} in the template fewer times, or lower --max-chars",
+		mib(n), mib(MaxPromptBytes), why)}
+}
+
+// mib is n bytes in KiB or MiB, for a message.
+func mib(n int) string {
+	if n < 1<<20 {
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
 }
 
 // CheckLabels refuses a set of labels a chat model could not be held to:
@@ -158,13 +206,8 @@ func (c *Chat) Labels() []string { return append([]string(nil), c.labels...) }
 func (c *Chat) EstimateTokens(texts []string) int {
 	n := 0
 	for _, t := range texts {
-		sent := len(t)
-		if c.cfg.Prompt != "" {
-			sent += len(c.cfg.Prompt) + len(c.labelsText)
-		} else {
-			sent += len(defaultInstruction) + len(c.labelsText)
-		}
-		n += sent/3 + 16 + c.maxTokens
+		// Every {text} and {labels} of the template is sent.
+		n += c.promptBytes(t)/3 + 16 + c.maxTokens
 	}
 	return n
 }
@@ -212,6 +255,9 @@ type chatResponse struct {
 }
 
 func (c *Chat) body(text string, logprobs bool) ([]byte, error) {
+	if err := c.CheckText(text); err != nil {
+		return nil, err // never built: it could be gigabytes
+	}
 	req := chatRequest{Model: c.cfg.Model, MaxTokens: c.maxTokens}
 	if c.cfg.Prompt != "" {
 		// One pass: a text holding "{labels}" is not expanded.
@@ -275,7 +321,9 @@ func (c *Chat) Request(text string) (string, []byte, error) {
 
 func (c *Chat) send(ctx context.Context, call Call, text string, logprobs bool) (Prediction, Limits, error) {
 	body, err := c.body(text, logprobs)
-	if err != nil {
+	if pe, ok := AsError(err); ok {
+		return Prediction{}, Limits{}, pe
+	} else if err != nil {
 		return Prediction{}, Limits{}, &Error{Outcome: outcome.InvalidInput, Msg: "text cannot be encoded", Err: err}
 	}
 	if err := ctx.Err(); err != nil {

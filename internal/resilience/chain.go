@@ -245,6 +245,16 @@ func Build(client provider.Classifier, cfg Config) *Guard {
 // Model names the primary model.
 func (g *Guard) Model() string { return g.client.Model() }
 
+// CheckText says whether text can be sent to the primary provider at all
+// (provider.TextChecker): an invalid_input *provider.Error when it cannot,
+// nil when it can or the provider cannot tell.
+func (g *Guard) CheckText(text string) error {
+	if tc, ok := g.client.(provider.TextChecker); ok {
+		return tc.CheckText(text)
+	}
+	return nil
+}
+
 // Slots is the calls-in-flight bound the engine takes a row's first slot
 // from (its admission).
 func (g *Guard) Slots() *Slots { return g.slots }
