@@ -115,11 +115,14 @@ type Budget struct {
 }
 
 // Set creates the budget or changes it; rps and floor nil keep what it
-// has (or take the defaults: no rate, a floor of 1). It reports whether it
-// created it.
-func (s *Store) Set(ctx context.Context, name string, capacity int, rps *float64, floor *int) (created bool, err error) {
-	err = s.pool.QueryRow(ctx, sqlSet, pgx.StrictNamedArgs{"name": name, "cap": capacity, "rps": rps, "floor": floor}).Scan(&created)
-	return created, err
+// has (or take the defaults: no rate, a floor of 1). It returns the
+// settings it wrote (Name, Cap, RPS, BatchFloor), as they were when it
+// wrote them, and whether it created the budget.
+func (s *Store) Set(ctx context.Context, name string, capacity int, rps *float64, floor *int) (b Budget, created bool, err error) {
+	b.Name = name
+	err = s.pool.QueryRow(ctx, sqlSet, pgx.StrictNamedArgs{"name": name, "cap": capacity, "rps": rps, "floor": floor}).
+		Scan(&created, &b.Cap, &b.RPS, &b.BatchFloor)
+	return b, created, err
 }
 
 // Get reads one budget: ErrNoBudget when there is none.

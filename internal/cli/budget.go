@@ -145,11 +145,9 @@ upgraded first, as queue push does.`,
 				return err
 			}
 			defer db.Close()
-			created, err := st.Set(ctx, name, capacity, rpsArg, floorArg)
-			if err != nil {
-				return budgetError(err)
-			}
-			b, err := st.Get(ctx, name)
+			// What this set wrote, not what the budget holds a moment
+			// later: another writer may have changed it since.
+			b, created, err := st.Set(ctx, name, capacity, rpsArg, floorArg)
 			if err != nil {
 				return budgetError(err)
 			}
