@@ -671,13 +671,16 @@ func TestQueueDatabaseGoesAway(t *testing.T) {
 }
 
 // proxy forwards TCP to PostgreSQL; setDown(true) cuts every connection
-// and refuses new ones.
+// and refuses new ones; setStalled(true) keeps every connection open and
+// accepts new ones, but forwards nothing (a database that stops
+// answering) until setStalled(false).
 type proxy struct {
-	ln     net.Listener
-	target string
-	mu     sync.Mutex
-	down   bool
-	conns  map[net.Conn]bool
+	ln      net.Listener
+	target  string
+	mu      sync.Mutex
+	down    bool
+	stalled bool
+	conns   map[net.Conn]bool
 }
 
 func startProxy(t *testing.T, target string) *proxy {
@@ -686,7 +689,7 @@ func startProxy(t *testing.T, target string) *proxy {
 		t.Fatal(err)
 	}
 	p := &proxy{ln: ln, target: target, conns: map[net.Conn]bool{}}
-	t.Cleanup(func() { ln.Close(); p.setDown(true) })
+	t.Cleanup(func() { ln.Close(); p.setStalled(false); p.setDown(true) })
 	go func() {
 		for {
 			c, err := ln.Accept()
@@ -717,10 +720,42 @@ func (p *proxy) pipe(c net.Conn) {
 	p.mu.Lock()
 	p.conns[c], p.conns[s] = true, true
 	p.mu.Unlock()
-	go func() { _, _ = io.Copy(s, c); s.Close(); c.Close() }()
-	_, _ = io.Copy(c, s)
+	go func() { p.copy(s, c); s.Close(); c.Close() }()
+	p.copy(c, s)
 	c.Close()
 	s.Close()
+}
+
+// copy forwards from src to dst, holding what it read while the proxy is
+// stalled.
+func (p *proxy) copy(dst, src net.Conn) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		for p.isStalled() {
+			time.Sleep(5 * time.Millisecond)
+		}
+		if n > 0 {
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+func (p *proxy) isStalled() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.stalled
+}
+
+func (p *proxy) setStalled(stalled bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.stalled = stalled
 }
 
 func (p *proxy) setDown(down bool) {
