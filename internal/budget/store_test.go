@@ -139,6 +139,8 @@ func (g *fakeGuard) SetShare(n int, rps float64, until time.Time) {
 	g.share, g.rps, g.until = n, rps, until
 }
 
+func (g *fakeGuard) SetLapse(string) {}
+
 func (g *fakeGuard) Demand() (int, int) {
 	g.mu.Lock()
 	defer g.mu.Unlock()

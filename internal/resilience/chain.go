@@ -364,6 +364,10 @@ func (g *Guard) SetShare(n int, rps float64, until time.Time) {
 	g.limiter.setLimit(lim)
 }
 
+// SetLapse is a fleet budget's word for why this process's share could
+// not be renewed: the rows turned away once it lapses say it.
+func (g *Guard) SetLapse(why string) { g.slots.SetLapse(why) }
+
 // Demand is what a fleet's budget divides its cap by: the calls in flight
 // now, and the most calls in flight plus rows waiting for a slot since the
 // last Demand.
