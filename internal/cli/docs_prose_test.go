@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 	"unicode"
 
 	"github.com/spf13/cobra"
@@ -19,6 +20,11 @@ import (
 	"github.com/yuin/goldmark/ast"
 	"github.com/yuin/goldmark/extension"
 	"github.com/yuin/goldmark/text"
+
+	"github.com/hfsent/hfsent/internal/engine"
+	"github.com/hfsent/hfsent/internal/outcome"
+	"github.com/hfsent/hfsent/internal/queue"
+	"github.com/hfsent/hfsent/internal/resilience"
 )
 
 // The README and the guides in docs/guides/ are written by hand; these tests
@@ -426,5 +432,39 @@ func TestDocsNameOnlyRealFlags(t *testing.T) {
 	}
 	if checked < 300 {
 		t.Errorf("only %d flag mentions found in the docs", checked)
+	}
+}
+
+// Every counter the summary line can print (classify's, the worker's) is
+// documented: named in backticks, alone or as key=..., in the README or a
+// guide. The line is drawn from summaries with every count set, so a
+// counter added later fails here until it is described.
+func TestSummaryLineCountersAreDocumented(t *testing.T) {
+	counts := map[outcome.Code]int64{}
+	for _, c := range outcome.All() {
+		counts[c] = 1
+	}
+	sum := engine.Summary{Rows: 9, Written: 8, Lost: 1, Counts: counts, Kept: 1, Reused: 1, MaxActive: 2, Elapsed: time.Second,
+		Stop: engine.StopInterrupted, Provider: resilience.Stats{Policies: true, Calls: 9, Retries: 1, FallbackCalls: 1,
+			PromptTokens: 1, CompletionTokens: 1, TokenCalls: 1, RateLimited: 1, Timeouts: 1, BreakerOpenings: 1, BreakerOpen: time.Second,
+			FallbackRows: 1, Cooldowns: 1, MaxInFlight: 1, Limit: 3, CallsPerSec: 1}}
+	line := workerSummaryLine(sum, queue.WorkerStats{Claimed: 1, Swapped: 1, Retried: 1, GivenBack: 1, Discarded: 1, Cycles: 1, CycleTime: time.Millisecond})
+	var docs strings.Builder
+	paths, _ := filepath.Glob(filepath.Join(repoRoot, "docs", "guides", "*.md"))
+	for _, p := range append(paths, filepath.Join(repoRoot, "README.md")) {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		docs.Write(b)
+	}
+	keys := regexp.MustCompile(`(?:^| )([^ =]+)=`).FindAllStringSubmatch(line, -1)
+	if len(keys) < 40 {
+		t.Fatalf("%d keys in %q: the summary was not filled", len(keys), line)
+	}
+	for _, k := range keys {
+		if !strings.Contains(docs.String(), "`"+k[1]+"`") && !strings.Contains(docs.String(), "`"+k[1]+"=") {
+			t.Errorf("the summary line's %s is not documented (in backticks) in the README or a guide", k[1])
+		}
 	}
 }
