@@ -2,9 +2,11 @@ package cli
 
 import (
 	"bytes"
+	"fmt"
 	"io/fs"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -465,6 +467,56 @@ func TestSummaryLineCountersAreDocumented(t *testing.T) {
 	for _, k := range keys {
 		if !strings.Contains(docs.String(), "`"+k[1]+"`") && !strings.Contains(docs.String(), "`"+k[1]+"=") {
 			t.Errorf("the summary line's %s is not documented (in backticks) in the README or a guide", k[1])
+		}
+	}
+}
+
+// The README's first two commands say what they fetch: the modules the
+// binary is built from (how many), and each module only the tests use.
+// The README said neither needed the network, and go test ./... fetched 8
+// modules of its own. go list tells, offline, from the module cache.
+func TestREADMESaysWhatTheFirstCommandsFetch(t *testing.T) {
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("no go command on PATH")
+	}
+	modules := func(args ...string) []string {
+		cmd := exec.Command(goBin, append([]string{"list", "-deps", "-f", "{{with .Module}}{{if not .Main}}{{.Path}}{{end}}{{end}}"}, args...)...)
+		cmd.Dir = repoRoot
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("go list %v: %v", args, err)
+		}
+		var m []string
+		for _, l := range strings.Fields(string(out)) {
+			if !slices.Contains(m, l) {
+				m = append(m, l)
+			}
+		}
+		return m
+	}
+	built := modules("./cmd/hfsent")
+	var testOnly []string
+	for _, m := range modules("-test", "./...") {
+		if !slices.Contains(built, m) {
+			testOnly = append(testOnly, m)
+		}
+	}
+	readme, err := os.ReadFile(filepath.Join(repoRoot, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	section := string(readme)
+	section = section[strings.Index(section, "## First two commands"):]
+	section = strings.Join(strings.Fields(section[:strings.Index(section[3:], "\n## ")+3]), " ")
+	for _, want := range []string{fmt.Sprintf("the %d modules hfsent is built from", len(built)), fmt.Sprintf("the second %d more", len(testOnly))} {
+		if !strings.Contains(section, want) {
+			t.Errorf("the README's first two commands do not say %q", want)
+		}
+	}
+	for _, m := range testOnly {
+		if !strings.Contains(section, "`"+m+"`") {
+			t.Errorf("the README's first two commands do not name %s, which go test ./... fetches", m)
 		}
 	}
 }
