@@ -2,13 +2,11 @@ package e2e
 
 import (
 	"fmt"
-	"net/url"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/hfsent/hfsent/internal/fakehf"
-	"github.com/hfsent/hfsent/internal/queue/pgtest"
 )
 
 // A server whose budget lapsed says why in its 503: the budget was dropped
@@ -17,18 +15,11 @@ import (
 // operator to a database that was fine. Created again, the budget is
 // joined again, and the server answers.
 func TestServeSaysWhyItsBudgetLapsed(t *testing.T) {
-	db := pgtest.URL(t)
-	u, err := url.Parse(db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	px := startProxy(t, u.Host)
-	viaProxy := *u
-	viaProxy.Host = px.addr()
+	db, viaProxy, px := proxiedDB(t)
 	mustRun(t, qenv(db), "budget", "set", "b", "--cap", "4")
 	fake := fakehf.Start(&fakehf.Fake{})
 	defer fake.Close()
-	s := startServe(t, "--endpoint", fake.URL, "--budget", "b", "--db", viaProxy.String(), "--retries", "0", "--admission-wait", "200ms")
+	s := startServe(t, "--endpoint", fake.URL, "--budget", "b", "--db", viaProxy, "--retries", "0", "--admission-wait", "200ms")
 	// Every text another: an answer known (dedupe) takes no slot.
 	n := 0
 	ask := func() reply { n++; return s.feedback("a", fmt.Sprintf("fine %d", n)) }

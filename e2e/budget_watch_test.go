@@ -5,14 +5,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"net/url"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/hfsent/hfsent/internal/queue/pgtest"
 )
 
 // watchFrame is one line of budget status --watch --json.
@@ -31,19 +28,12 @@ type watchFrame struct {
 // exit 0. Before, the cut ended it with a bare "unexpected EOF" (exit 1),
 // and the stall froze it on its last frame.
 func TestBudgetStatusWatchThroughDatabaseFaults(t *testing.T) {
-	db := pgtest.URL(t)
-	u, err := url.Parse(db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	px := startProxy(t, u.Host)
-	viaProxy := *u
-	viaProxy.Host = px.addr()
+	db, viaProxy, px := proxiedDB(t)
 	mustRun(t, qenv(db), "budget", "set", "b", "--cap", "3")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	cmd, stderr := hfsent(t, ctx, "budget", "status", "b", "--watch", "--json", "--interval", "100ms")
-	cmd.Env = append(cmd.Env, qenv(viaProxy.String())...)
+	cmd.Env = append(cmd.Env, qenv(viaProxy)...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -53,7 +43,7 @@ func TestBudgetStatusWatchThroughDatabaseFaults(t *testing.T) {
 	}
 	// The same in text, beside it.
 	text, textErr := hfsent(t, ctx, "budget", "status", "b", "--watch", "--interval", "100ms")
-	text.Env = append(text.Env, qenv(viaProxy.String())...)
+	text.Env = append(text.Env, qenv(viaProxy)...)
 	var textOut lockedBuffer
 	text.Stdout = &textOut
 	if err := text.Start(); err != nil {

@@ -633,14 +633,7 @@ func TestQueueInterruptGivesBack(t *testing.T) {
 // A database that goes away mid-run: the worker keeps its results, retries
 // its connection with backoff, and writes them when it is back.
 func TestQueueDatabaseGoesAway(t *testing.T) {
-	db := pgtest.URL(t)
-	u, err := url.Parse(db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	px := startProxy(t, u.Host)
-	viaProxy := *u
-	viaProxy.Host = px.addr()
+	db, viaProxy, px := proxiedDB(t)
 	fake := &fakehf.Fake{Latency: 20 * time.Millisecond}
 	srv := fakehf.Start(fake)
 	defer srv.Close()
@@ -648,7 +641,7 @@ func TestQueueDatabaseGoesAway(t *testing.T) {
 	rows := clientRows("d", 300)
 	in := queueCSV(t, dir, "in.csv", rows)
 	mustRun(t, qenv(db), "queue", "push", in, "--batch", "away", "--global-cap", "4", "--no-progress")
-	w := startWorker(t, viaProxy.String(), "--batch", "away", "--endpoint", srv.URL, "-c", "4", "--retries", "0", "--exit-when-done")
+	w := startWorker(t, viaProxy, "--batch", "away", "--endpoint", srv.URL, "-c", "4", "--retries", "0", "--exit-when-done")
 	waitDone(t, db, "away", 30)
 	px.setDown(true)
 	time.Sleep(2 * time.Second)
@@ -681,6 +674,22 @@ type proxy struct {
 	down    bool
 	stalled bool
 	conns   map[net.Conn]bool
+}
+
+// proxiedDB is a test database (db, for set-up) and the same database
+// through a proxy the test controls (viaProxy, for the processes whose
+// database it cuts or stalls).
+func proxiedDB(t *testing.T) (db, viaProxy string, px *proxy) {
+	t.Helper()
+	db = pgtest.URL(t)
+	u, err := url.Parse(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	px = startProxy(t, u.Host)
+	through := *u
+	through.Host = px.addr()
+	return db, through.String(), px
 }
 
 func startProxy(t *testing.T, target string) *proxy {
