@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"net/url"
 	"slices"
 	"sort"
 	"sync"
@@ -405,18 +404,11 @@ func TestBudgetSharesMove(t *testing.T) {
 // nothing new is sent (a server answers 503 with Retry-After), everyone
 // resumes on their own, and the batch ends with every row exactly once.
 func TestBudgetFaults(t *testing.T) {
-	db := pgtest.URL(t)
-	u, err := url.Parse(db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	px := startProxy(t, u.Host)
-	viaProxy := *u
-	viaProxy.Host = px.addr()
+	db, viaProxy, px := proxiedDB(t)
 	mustRun(t, qenv(db), "budget", "set", "b", "--cap", "12")
 	rows := rowsOf(8000)
 	pushBatch(t, db, "faults", rows, "--global-cap", "100")
-	f := startFleet(t, viaProxy.String(), "b", "faults", 40*time.Millisecond, 1, 3)
+	f := startFleet(t, viaProxy, "b", "faults", 40*time.Millisecond, 1, 3)
 	sm := sample(f.meter)
 	defer sm.close()
 	l := startLoad(f.servers[0], 2)

@@ -64,9 +64,24 @@ type measured struct {
 // (nil: none), and measures its peak resident memory.
 func runMeasured(t *testing.T, env []string, stdin io.Reader, args ...string) measured {
 	t.Helper()
+	return measureProgram(t, env, stdin, plainBin(t), args...)
+}
+
+// runMeasuredUnder is runMeasured with the binary's address space limited
+// to limitMiB (ulimit -v): a run that would take the machine's memory
+// (a build before a bound) dies out of memory instead.
+func runMeasuredUnder(t *testing.T, limitMiB int, env []string, args ...string) measured {
+	t.Helper()
+	return measureProgram(t, env, nil, "/bin/sh", append([]string{"-c", fmt.Sprintf(`ulimit -v %d && exec "$@"`, limitMiB<<10), "sh", plainBin(t)}, args...)...)
+}
+
+// measureProgram runs prog (which is, or execs, hfsent) to the end and
+// measures its peak resident memory.
+func measureProgram(t *testing.T, env []string, stdin io.Reader, prog string, args ...string) measured {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, plainBin(t), args...)
+	cmd := exec.CommandContext(ctx, prog, args...)
 	home := t.TempDir()
 	cmd.Env = append([]string{"HOME=" + home, "HF_HOME=" + home, "PATH=" + os.Getenv("PATH")}, env...)
 	var stdout, stderr bytes.Buffer

@@ -633,14 +633,7 @@ func TestQueueInterruptGivesBack(t *testing.T) {
 // A database that goes away mid-run: the worker keeps its results, retries
 // its connection with backoff, and writes them when it is back.
 func TestQueueDatabaseGoesAway(t *testing.T) {
-	db := pgtest.URL(t)
-	u, err := url.Parse(db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	px := startProxy(t, u.Host)
-	viaProxy := *u
-	viaProxy.Host = px.addr()
+	db, viaProxy, px := proxiedDB(t)
 	fake := &fakehf.Fake{Latency: 20 * time.Millisecond}
 	srv := fakehf.Start(fake)
 	defer srv.Close()
@@ -648,7 +641,7 @@ func TestQueueDatabaseGoesAway(t *testing.T) {
 	rows := clientRows("d", 300)
 	in := queueCSV(t, dir, "in.csv", rows)
 	mustRun(t, qenv(db), "queue", "push", in, "--batch", "away", "--global-cap", "4", "--no-progress")
-	w := startWorker(t, viaProxy.String(), "--batch", "away", "--endpoint", srv.URL, "-c", "4", "--retries", "0", "--exit-when-done")
+	w := startWorker(t, viaProxy, "--batch", "away", "--endpoint", srv.URL, "-c", "4", "--retries", "0", "--exit-when-done")
 	waitDone(t, db, "away", 30)
 	px.setDown(true)
 	time.Sleep(2 * time.Second)
@@ -671,13 +664,32 @@ func TestQueueDatabaseGoesAway(t *testing.T) {
 }
 
 // proxy forwards TCP to PostgreSQL; setDown(true) cuts every connection
-// and refuses new ones.
+// and refuses new ones; setStalled(true) keeps every connection open and
+// accepts new ones, but forwards nothing (a database that stops
+// answering) until setStalled(false).
 type proxy struct {
-	ln     net.Listener
-	target string
-	mu     sync.Mutex
-	down   bool
-	conns  map[net.Conn]bool
+	ln      net.Listener
+	target  string
+	mu      sync.Mutex
+	down    bool
+	stalled bool
+	conns   map[net.Conn]bool
+}
+
+// proxiedDB is a test database (db, for set-up) and the same database
+// through a proxy the test controls (viaProxy, for the processes whose
+// database it cuts or stalls).
+func proxiedDB(t *testing.T) (db, viaProxy string, px *proxy) {
+	t.Helper()
+	db = pgtest.URL(t)
+	u, err := url.Parse(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	px = startProxy(t, u.Host)
+	through := *u
+	through.Host = px.addr()
+	return db, through.String(), px
 }
 
 func startProxy(t *testing.T, target string) *proxy {
@@ -686,7 +698,7 @@ func startProxy(t *testing.T, target string) *proxy {
 		t.Fatal(err)
 	}
 	p := &proxy{ln: ln, target: target, conns: map[net.Conn]bool{}}
-	t.Cleanup(func() { ln.Close(); p.setDown(true) })
+	t.Cleanup(func() { ln.Close(); p.setStalled(false); p.setDown(true) })
 	go func() {
 		for {
 			c, err := ln.Accept()
@@ -717,10 +729,42 @@ func (p *proxy) pipe(c net.Conn) {
 	p.mu.Lock()
 	p.conns[c], p.conns[s] = true, true
 	p.mu.Unlock()
-	go func() { _, _ = io.Copy(s, c); s.Close(); c.Close() }()
-	_, _ = io.Copy(c, s)
+	go func() { p.copy(s, c); s.Close(); c.Close() }()
+	p.copy(c, s)
 	c.Close()
 	s.Close()
+}
+
+// copy forwards from src to dst, holding what it read while the proxy is
+// stalled.
+func (p *proxy) copy(dst, src net.Conn) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		for p.isStalled() {
+			time.Sleep(5 * time.Millisecond)
+		}
+		if n > 0 {
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+func (p *proxy) isStalled() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.stalled
+}
+
+func (p *proxy) setStalled(stalled bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.stalled = stalled
 }
 
 func (p *proxy) setDown(down bool) {

@@ -18,7 +18,7 @@ func BenchmarkRenew(b *testing.B) {
 		b.Run(fmt.Sprintf("members=%d", members), func(b *testing.B) {
 			s := openStore(b)
 			ctx := context.Background()
-			if _, err := s.Set(ctx, "b", 1000, nil, nil, nil); err != nil {
+			if _, _, err := s.Set(ctx, "b", 1000, nil, nil, nil); err != nil {
 				b.Fatal(err)
 			}
 			r := func(i int) Report {

@@ -22,6 +22,8 @@ import (
 // Guard is what a member bounds and reads: resilience.Guard.
 type Guard interface {
 	SetShare(n int, rps float64, until time.Time)
+	// SetLapse says why the share could not be renewed.
+	SetLapse(why string)
 	Demand() (inFlight, peak int)
 	PauseUntil(time.Time)
 	OpenUntil(time.Time)
@@ -314,6 +316,15 @@ func (m *Member) open(now time.Time, d time.Duration) {
 	m.g.OpenUntil(until)
 }
 
+// lapseOf is why a renewal failed, as the rows turned away say it once
+// the lease lapses.
+func lapseOf(err error) string {
+	if errors.Is(err, ErrNoBudget) {
+		return "the budget was dropped (budget drop); sending resumes if it is created again"
+	}
+	return "its database cannot be reached"
+}
+
 // loop renews every cfg.Every, counted from when the last one was asked.
 func (m *Member) loop() {
 	ctx, cancel := context.WithCancel(context.Background())
@@ -329,6 +340,7 @@ func (m *Member) loop() {
 			return
 		case err != nil:
 			m.failures.Add(1)
+			m.g.SetLapse(lapseOf(err))
 			if !failing {
 				failing = true
 				what := "cannot renew the budget's lease (database unreachable?)"

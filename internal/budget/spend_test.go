@@ -17,7 +17,7 @@ func TestFleetSpend(t *testing.T) {
 	s := openStore(t)
 	ctx := context.Background()
 	limit := 1.0
-	if _, err := s.Set(ctx, "b", 4, nil, nil, &limit); err != nil {
+	if _, _, err := s.Set(ctx, "b", 4, nil, nil, &limit); err != nil {
 		t.Fatal(err)
 	}
 	prices := spend.Flat(1e6, 0) // $1 a prompt token

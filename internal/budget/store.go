@@ -22,6 +22,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/hfsent/hfsent/internal/visible"
 )
 
 //go:embed sql/*.sql
@@ -89,10 +91,8 @@ func CheckName(name string) error {
 	case utf8.RuneCountInString(name) > MaxNameChars:
 		return fmt.Errorf("%w: over %d characters", ErrName, MaxNameChars)
 	}
-	for _, r := range name {
-		if unicode.IsControl(r) || unicode.In(r, unicode.Cf, unicode.Zl, unicode.Zp) {
-			return fmt.Errorf("%w: %s holds %U: a name may hold letters, digits, punctuation, symbols and spaces", ErrName, strconv.Quote(name), r)
-		}
+	if r, i := visible.Hidden(name); i >= 0 {
+		return fmt.Errorf("%w: %s holds %U: a name may hold letters, digits, punctuation, symbols and spaces", ErrName, strconv.Quote(name), r)
 	}
 	return nil
 }
@@ -121,11 +121,14 @@ type Budget struct {
 }
 
 // Set creates the budget or changes it; rps and floor nil keep what it
-// has (or take the defaults: no rate, a floor of 1). It reports whether it
-// created it.
-func (s *Store) Set(ctx context.Context, name string, capacity int, rps *float64, floor *int, maxSpend *float64) (created bool, err error) {
-	err = s.pool.QueryRow(ctx, sqlSet, pgx.StrictNamedArgs{"name": name, "cap": capacity, "rps": rps, "floor": floor, "max_spend": maxSpend}).Scan(&created)
-	return created, err
+// has (or take the defaults: no rate, a floor of 1, no spending limit). It
+// returns the settings it wrote (Name, Cap, RPS, BatchFloor, MaxSpend), as
+// they were when it wrote them, and whether it created the budget.
+func (s *Store) Set(ctx context.Context, name string, capacity int, rps *float64, floor *int, maxSpend *float64) (b Budget, created bool, err error) {
+	b.Name = name
+	err = s.pool.QueryRow(ctx, sqlSet, pgx.StrictNamedArgs{"name": name, "cap": capacity, "rps": rps, "floor": floor, "max_spend": maxSpend}).
+		Scan(&created, &b.Cap, &b.RPS, &b.BatchFloor, &b.MaxSpend)
+	return b, created, err
 }
 
 // AddSpend adds delta USD to what the budget's members spent, and reads

@@ -30,10 +30,10 @@ func TestSetIsIdempotentAndKeepsWhatIsNotGiven(t *testing.T) {
 	s := openStore(t)
 	ctx := context.Background()
 	rps, floor := 20.0, 3
-	if created, err := s.Set(ctx, "b", 12, &rps, &floor, nil); err != nil || !created {
+	if _, created, err := s.Set(ctx, "b", 12, &rps, &floor, nil); err != nil || !created {
 		t.Fatalf("created=%v err=%v", created, err)
 	}
-	if created, err := s.Set(ctx, "b", 8, nil, nil, nil); err != nil || created {
+	if _, created, err := s.Set(ctx, "b", 8, nil, nil, nil); err != nil || created {
 		t.Fatalf("second set: created=%v err=%v", created, err)
 	}
 	b, err := s.Get(ctx, "b")
@@ -62,7 +62,7 @@ func report(id string, k Kind, demand, inFlight, applied int) Report {
 func TestRenewDividesTheCap(t *testing.T) {
 	s := openStore(t)
 	ctx := context.Background()
-	if _, err := s.Set(ctx, "b", 12, nil, nil, nil); err != nil {
+	if _, _, err := s.Set(ctx, "b", 12, nil, nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	renew := func(r Report) int {
@@ -139,6 +139,8 @@ func (g *fakeGuard) SetShare(n int, rps float64, until time.Time) {
 	g.share, g.rps, g.until = n, rps, until
 }
 
+func (g *fakeGuard) SetLapse(string) {}
+
 func (g *fakeGuard) Demand() (int, int) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -184,7 +186,7 @@ func (g *fakeGuard) get() (int, time.Time) {
 func TestPauseAndBreakerReachEveryMember(t *testing.T) {
 	s := openStore(t)
 	ctx := context.Background()
-	if _, err := s.Set(ctx, "b", 4, nil, nil, nil); err != nil {
+	if _, _, err := s.Set(ctx, "b", 4, nil, nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	// Long renewals, so that only the notification can be what tells.

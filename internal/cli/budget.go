@@ -150,11 +150,9 @@ upgraded first, as queue push does.`,
 				return err
 			}
 			defer db.Close()
-			created, err := st.Set(ctx, name, capacity, rpsArg, floorArg, spendArg)
-			if err != nil {
-				return budgetError(err)
-			}
-			b, err := st.Get(ctx, name)
+			// What this set wrote, not what the budget holds a moment
+			// later: another writer may have changed it since.
+			b, created, err := st.Set(ctx, name, capacity, rpsArg, floorArg, spendArg)
 			if err != nil {
 				return budgetError(err)
 			}
@@ -202,6 +200,11 @@ type budgetJSON struct {
 	MaxSpend   float64            `json:"max_spend_usd"`
 	Spent      float64            `json:"spent_usd"`
 	Members    []budget.MemberRow `json:"members"`
+	// With --watch, while the database cannot be reached: since when, why,
+	// and when the status above (the last one) was read.
+	Unreachable string `json:"unreachable_since,omitempty"`
+	Error       string `json:"error,omitempty"`
+	ReadAt      string `json:"read_at,omitempty"`
 }
 
 func newBudgetStatusCmd(ios *IOStreams, g *globalOptions) *cobra.Command {
@@ -215,7 +218,11 @@ func newBudgetStatusCmd(ios *IOStreams, g *globalOptions) *cobra.Command {
 (serve, classify, worker), share, demand, calls in flight, when it last
 renewed. A member whose lease passed is listed (live=false) until its charge
 is handed back. The shares listed sum to at most the cap. --watch redraws
-every --interval until interrupted. A budget that does not exist exits 2.`,
+every --interval until interrupted, through database faults: while a read
+fails or does not answer (within the interval, at least 1s, at most 5s), it
+redraws the last status read under a line saying since when the database
+cannot be reached and why (with --json: unreachable_since, error, read_at).
+A budget that does not exist, or is dropped while watched, exits 2.`,
 		Example: `  hfsent budget status hf-account
   hfsent budget status hf-account --json | jq '.members[] | {kind, share, in_flight}'
   hfsent budget status hf-account --watch`,
@@ -246,35 +253,12 @@ every --interval until interrupted. A budget that does not exist exits 2.`,
 			}
 			ctx, stop := interruptContext(ctx, ios, slog.New(slog.DiscardHandler), nil)
 			defer stop()
-			clear := isTerminal(ios.Out) && !asJSON
-			for {
-				s, err := st.Status(ctx, name)
-				if ctx.Err() != nil {
-					return nil
-				}
-				if err != nil {
-					return budgetError(err)
-				}
-				if clear {
-					fmt.Fprint(ios.Out, "\x1b[H\x1b[2J")
-				}
-				if err := writeBudgetStatus(ios.Out, s, asJSON); err != nil {
-					return err
-				}
-				if !clear && !asJSON {
-					fmt.Fprintln(ios.Out)
-				}
-				select {
-				case <-ctx.Done():
-					return nil
-				case <-time.After(every):
-				}
-			}
+			return watchBudget(ctx, ios.Out, st, name, every, asJSON)
 		},
 	}
 	addDBFlags(cmd.Flags(), o, false)
 	cmd.Flags().BoolVar(&asJSON, "json", false, "write JSON (one object; with --watch one per line)")
-	cmd.Flags().BoolVar(&watch, "watch", false, "redraw every --interval until interrupted")
+	cmd.Flags().BoolVar(&watch, "watch", false, "redraw every --interval until interrupted, through database faults (saying since when the database cannot be reached)")
 	cmd.Flags().DurationVar(&every, "interval", time.Second, "time between redraws with --watch ("+rangeHelp(minWatchEvery, maxWatchEvery)+")")
 	return cmd
 }
@@ -285,25 +269,42 @@ func isTerminal(w io.Writer) bool {
 }
 
 func writeBudgetStatus(w io.Writer, s budget.Status, asJSON bool) error {
+	return writeBudgetFrame(w, s, asJSON, nil)
+}
+
+// writeBudgetFrame writes s; with f, as the last status read while the
+// database cannot be reached (budget status --watch).
+func writeBudgetFrame(w io.Writer, s budget.Status, asJSON bool, f *watchFault) error {
 	b := s.Budget
 	shares, inFlight := 0, 0
 	for _, m := range s.Members {
 		shares += m.Share
 		inFlight += m.InFlight
 	}
+	if asJSON && f != nil && f.read.IsZero() {
+		// No status read yet: nothing to show but the fault.
+		return writeJSONLine(w, budgetJSON{Name: b.Name, Members: []budget.MemberRow{}, Unreachable: f.since.UTC().Format(time.RFC3339), Error: f.msg})
+	}
 	if asJSON {
 		members := s.Members
 		if members == nil {
 			members = []budget.MemberRow{}
 		}
-		out, err := json.Marshal(budgetJSON{Name: b.Name, Cap: b.Cap, RPS: b.RPS, BatchFloor: b.BatchFloor,
+		js := budgetJSON{Name: b.Name, Cap: b.Cap, RPS: b.RPS, BatchFloor: b.BatchFloor,
 			PausedMs: b.Paused.Milliseconds(), OpenMs: b.Open.Milliseconds(), OpenBy: b.OpenBy,
-			Shares: shares, InFlight: inFlight, MaxSpend: b.MaxSpend, Spent: roundUSD(b.Spent), Members: members})
-		if err != nil {
-			return err
+			Shares: shares, InFlight: inFlight, MaxSpend: b.MaxSpend, Spent: roundUSD(b.Spent), Members: members}
+		if f != nil {
+			js.Unreachable, js.Error, js.ReadAt = f.since.UTC().Format(time.RFC3339), f.msg, f.read.UTC().Format(time.RFC3339)
 		}
-		_, err = fmt.Fprintf(w, "%s\n", out)
-		return err
+		return writeJSONLine(w, js)
+	}
+	if f != nil {
+		fmt.Fprintf(w, "budget %s: cannot reach the database since %s (%s): %s\n", queue.Printable(b.Name),
+			f.since.UTC().Format(time.RFC3339), time.Since(f.since).Round(time.Second), f.msg)
+		if f.read.IsZero() {
+			return nil
+		}
+		fmt.Fprintf(w, "the last status read, at %s:\n", f.read.UTC().Format(time.RFC3339))
 	}
 	fmt.Fprintf(w, "budget %s: cap=%d rps=%s batch_floor=%d shares=%d in_flight=%d\n",
 		queue.Printable(b.Name), b.Cap, rpsText(b.RPS), b.BatchFloor, shares, inFlight)
@@ -323,6 +324,15 @@ func writeBudgetStatus(w io.Writer, s budget.Status, asJSON bool) error {
 			m.Share, m.Demand, m.Max, m.InFlight, rpsText(m.RPS), m.Live, m.RenewedAgoMs)
 	}
 	return nil
+}
+
+func writeJSONLine(w io.Writer, v any) error {
+	out, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(w, "%s\n", out)
+	return err
 }
 
 func newBudgetListCmd(ios *IOStreams, g *globalOptions) *cobra.Command {

@@ -2,7 +2,9 @@ package cli
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/hfsent/hfsent/internal/queue/pgtest"
@@ -78,5 +80,45 @@ func TestBudgetCommands(t *testing.T) {
 	r = runMain(t, map[string]string{dbEnv: withPassword}, "", "budget", "status", "b")
 	if strings.Contains(r.stdout+r.stderr, "s3cr3t-pw") {
 		t.Fatalf("the password was shown: %s %s", r.stdout, r.stderr)
+	}
+}
+
+// budget set prints what it wrote: racing writers of race1 (each its own
+// cap and rate, real PostgreSQL) each read back their own values. Before,
+// set wrote and then read the budget in another statement, and printed
+// `changed: cap=5` for a --cap 7 another writer had overtaken.
+func TestBudgetSetPrintsWhatItWrote(t *testing.T) {
+	db := pgtest.URL(t)
+	env := map[string]string{dbEnv: db}
+	if r := runMain(t, env, "", "budget", "set", "race1", "--cap", "1"); r.code != 0 {
+		t.Fatalf("set: %d %s", r.code, r.stderr)
+	}
+	const writers, sets = 6, 25
+	errs := make(chan string, writers*sets)
+	var wg sync.WaitGroup
+	for w := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range sets {
+				capacity := 2 + w*sets + i
+				r := runMain(t, env, "", "budget", "set", "race1", "--cap", fmt.Sprint(capacity), "--rps", fmt.Sprint(capacity))
+				want := fmt.Sprintf("budget race1 changed: cap=%d rps=%d batch_floor=1 max_spend=none\n", capacity, capacity)
+				if r.code != 0 || r.stderr != want {
+					errs <- fmt.Sprintf("exit %d, printed %q, want %q", r.code, r.stderr, want)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	n := 0
+	for e := range errs {
+		if n++; n <= 5 {
+			t.Error(e)
+		}
+	}
+	if n > 0 {
+		t.Fatalf("%d of %d sets printed another writer's values", n, writers*sets)
 	}
 }

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"strings"
 	"unicode/utf8"
@@ -34,7 +35,7 @@ const (
 )
 
 func addLabelFlags(fs *pflag.FlagSet, o *labelOptions) {
-	fs.StringVar(&o.labels, "labels", "", fmt.Sprintf("comma-separated labels the model must choose from (%d to %d, distinct): required with --provider chat; with --provider hf, zero-shot classification (sent as parameters.candidate_labels)", provider.MinLabels, provider.MaxLabels))
+	fs.StringVar(&o.labels, "labels", "", fmt.Sprintf("comma-separated labels the model must choose from (%d to %d, distinct; a label holds no comma and no quote): required with --provider chat; with --provider hf, zero-shot classification (sent as parameters.candidate_labels)", provider.MinLabels, provider.MaxLabels))
 	fs.StringVar(&o.promptFile, "prompt-file", "", "chat: a template sent as the user message instead of the default instruction; {labels} is replaced by the labels, {text} (required) by the row's text")
 	fs.StringVar(&o.tokenEnv, "token-env", "", "read the token from this environment variable instead of HF_TOKEN and the token file (e.g. OPENAI_API_KEY)")
 	addConstrainFlag(fs, &o.constrain)
@@ -85,13 +86,23 @@ const (
 	hfPrefix   = "hf:"
 )
 
-// splitLabels reads --labels: comma-separated, spaces around each trimmed.
-func splitLabels(v string) []string {
+// parseLabels reads --labels: comma-separated, spaces around each
+// trimmed, checked as provider.CheckLabels checks them. Every comma
+// separates, so a label holds none; a double quote is refused rather than
+// read as CSV quoting: '"a,b",c' would otherwise be the three labels "a,
+// b" and c, and "a be written as a label with success.
+func parseLabels(v string) ([]string, error) {
+	if i := strings.IndexByte(v, '"'); i >= 0 {
+		return nil, usageErrorf("--labels: a double quote at character %d: labels are split at every comma, so a label can hold neither a comma nor a quote (write --labels a,b,c)", utf8.RuneCountInString(v[:i])+1)
+	}
 	var out []string
 	for _, l := range strings.Split(v, ",") {
 		out = append(out, strings.TrimSpace(l))
 	}
-	return out
+	if err := provider.CheckLabels(out); err != nil {
+		return nil, usageErrorf("--labels: %v", err)
+	}
+	return out, nil
 }
 
 // validate checks the label flags for kind (and the fallback's), before
@@ -99,9 +110,9 @@ func splitLabels(v string) []string {
 func (o *labelOptions) validate(kind provider.Kind, fs *pflag.FlagSet, fallback string) error {
 	given := fs != nil && fs.Changed("labels")
 	if given {
-		o.list = splitLabels(o.labels)
-		if err := provider.CheckLabels(o.list); err != nil {
-			return usageErrorf("--labels: %v", err)
+		var err error
+		if o.list, err = parseLabels(o.labels); err != nil {
+			return err
 		}
 	}
 	if kind.Chat && !given {
@@ -111,7 +122,7 @@ func (o *labelOptions) validate(kind provider.Kind, fs *pflag.FlagSet, fallback 
 		if !kind.Chat && !strings.HasPrefix(fallback, chatPrefix) {
 			return usageErrorf("--prompt-file is for --provider chat (or a chat:MODEL --fallback-model)")
 		}
-		b, err := os.ReadFile(o.promptFile)
+		b, err := readBounded(o.promptFile, maxPromptSize)
 		switch {
 		case err != nil:
 			return usageErrorf("--prompt-file: cannot read %s: %s", o.promptFile, unwrapPathError(err))
@@ -140,6 +151,18 @@ func (o *labelOptions) validate(kind provider.Kind, fs *pflag.FlagSet, fallback 
 		return usageErrorf("--labels is not for --provider %s: its server takes no candidate labels", kind.Name)
 	}
 	return nil
+}
+
+// readBounded reads at most limit+1 bytes of path: enough to tell a file
+// over limit, never more, whatever it is (/dev/zero, a FIFO that never
+// ends, a file of gigabytes).
+func readBounded(path string, limit int64) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return io.ReadAll(io.LimitReader(f, limit+1))
 }
 
 func envName(s string) bool {

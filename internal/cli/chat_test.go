@@ -2,6 +2,7 @@ package cli
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -336,5 +337,82 @@ func TestClassifyZeroShot(t *testing.T) {
 	_ = json.Unmarshal(f.Bodies()[0], &req)
 	if p, _ := req["parameters"].(map[string]any); p == nil || len(p["candidate_labels"].([]any)) != 3 {
 		t.Fatalf("request %s", f.Bodies()[0])
+	}
+}
+
+// --labels '"a,b",c' was three labels, `"a`, `b"` and `c`, and `"a` was
+// written as a label with success; a label holding a zero-width or a
+// bidirectional control character was taken, where a budget's or a
+// batch's name holding one is refused. Both are refused now, exit 2 before
+// any call, by classify, check and queue push alike.
+func TestLabelsWithQuotesOrHiddenCharactersRefused(t *testing.T) {
+	f := &fakehf.Chat{}
+	srv := fakehf.StartChat(f)
+	defer srv.Close()
+	in := writeFile(t, "in.csv", csvOf("a", "b"))
+	for _, labels := range []string{`"a,b",c`, `a,"b"`, "pos\u200bitive,negative", "positive,\u202enegative", "positive,neg\u2066ative", "a,b\u00ad"} {
+		for _, args := range [][]string{
+			append([]string{"classify", in, "-o", filepath.Join(t.TempDir(), "out.csv")}, chatArgs(srv.URL, "--labels", labels)...),
+			append([]string{"check"}, chatArgs(srv.URL, "--labels", labels)...),
+			{"queue", "push", in, "--batch", "b", "--db", "postgres://127.0.0.1:1/none", "--provider", "chat", "--model", "m", "--labels", labels},
+		} {
+			cmd := args[:2]
+			r := runMain(t, map[string]string{"HF_TOKEN": "hf_test"}, "", args...)
+			if r.code != 2 || !strings.Contains(r.stderr, "--labels") || strings.Contains(r.stderr, "panic") {
+				t.Errorf("%s --labels %q: exit %d, stderr %q; want 2 naming --labels", cmd[0], labels, r.code, r.stderr)
+			}
+		}
+	}
+	r := runMain(t, nil, "", "classify", in, "--provider", "chat", "--model", "m", "--endpoint", srv.URL, "--labels", `"a,b",c`)
+	if !strings.Contains(r.stderr, "quote at character 1") {
+		t.Errorf("the quote is not named: %s", r.stderr)
+	}
+	r = runMain(t, nil, "", "classify", in, "--provider", "chat", "--model", "m", "--endpoint", srv.URL, "--labels", "a,b\u200bc")
+	if !strings.Contains(r.stderr, "U+200B at character 2") {
+		t.Errorf("the zero-width space is not named: %s", r.stderr)
+	}
+	if f.Calls() != 0 {
+		t.Fatalf("%d calls sent", f.Calls())
+	}
+}
+
+// A template holding {text} 10,000 times sent requests of 35 MB for texts
+// of 3.5 KB (235 MB of RSS for 8 rows), and --tpm reserved as if {text}
+// were there once. Such rows are invalid_input now, before admission: no
+// call, no slot, no tokens; the error says why and what to change, and
+// the run goes on with the rows whose prompt fits (its 10,000 copies of
+// "ok" are sent).
+func TestPromptOverItsBoundIsInvalidInput(t *testing.T) {
+	f := &fakehf.Chat{}
+	srv := fakehf.StartChat(f)
+	defer srv.Close()
+	prompt := writeFile(t, "prompt.txt", "Pick one of {labels}.\n"+strings.Repeat("{text}", 10_000))
+	var in strings.Builder
+	in.WriteString("request_id,text\n")
+	for i := range 8 {
+		fmt.Fprintf(&in, "r%d,%s %d\n", i, strings.Repeat("a long review of the service ", 120), i)
+	}
+	in.WriteString("short,ok\n")
+	out := filepath.Join(t.TempDir(), "out.csv")
+	r := runMain(t, map[string]string{"HF_TOKEN": "hf_test"}, "", append([]string{"classify", writeFile(t, "in.csv", in.String()), "-o", out,
+		"--prompt-file", prompt}, chatArgs(srv.URL)...)...)
+	if r.code != 1 {
+		t.Fatalf("exit %d, want 1: %s", r.code, r.stderr)
+	}
+	b, _ := os.ReadFile(out)
+	rows := parseResults(t, string(b))
+	if len(rows) != 9 {
+		t.Fatalf("exit %d, %d rows, want 1 and 9: %s", r.code, len(rows), r.stderr)
+	}
+	for _, row := range rows[:8] {
+		if row["outcome"] != "invalid_input" || !strings.HasPrefix(row["error"], "the prompt would be 33.2 MiB, over the 4.0 MiB a prompt may hold: --prompt-file holds {text} 10000 times") || row["attempts"] != "0" {
+			t.Fatalf("row %s: %s %q (attempts %s)", row["request_id"], row["outcome"], row["error"], row["attempts"])
+		}
+	}
+	if rows[8]["outcome"] != "success" || f.Calls() != 1 {
+		t.Fatalf("the short row: %v; %d calls, want 1", rows[8], f.Calls())
+	}
+	if n := len(f.Bodies()[0]); n > 40_000 {
+		t.Fatalf("the one call sent %d bytes", n)
 	}
 }

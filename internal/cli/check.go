@@ -184,9 +184,9 @@ func (o *checkOptions) validate() (provider.Kind, error) {
 		return kind, err
 	}
 	if o.flags != nil && o.flags.Changed("labels") {
-		o.labelList = splitLabels(o.labels)
-		if err := provider.CheckLabels(o.labelList); err != nil {
-			return kind, usageErrorf("--labels: %v", err)
+		var err error
+		if o.labelList, err = parseLabels(o.labels); err != nil {
+			return kind, err
 		}
 	}
 	if kind.Chat && (len(o.labelList) == 0 || !o.flags.Changed("model")) {

@@ -2,15 +2,18 @@ package cli
 
 import (
 	"bytes"
+	"fmt"
 	"io/fs"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 	"unicode"
 
 	"github.com/spf13/cobra"
@@ -19,6 +22,11 @@ import (
 	"github.com/yuin/goldmark/ast"
 	"github.com/yuin/goldmark/extension"
 	"github.com/yuin/goldmark/text"
+
+	"github.com/hfsent/hfsent/internal/engine"
+	"github.com/hfsent/hfsent/internal/outcome"
+	"github.com/hfsent/hfsent/internal/queue"
+	"github.com/hfsent/hfsent/internal/resilience"
 )
 
 // The README and the guides in docs/guides/ are written by hand; these tests
@@ -426,5 +434,89 @@ func TestDocsNameOnlyRealFlags(t *testing.T) {
 	}
 	if checked < 300 {
 		t.Errorf("only %d flag mentions found in the docs", checked)
+	}
+}
+
+// Every counter the summary line can print (classify's, the worker's) is
+// documented: named in backticks, alone or as key=..., in the README or a
+// guide. The line is drawn from summaries with every count set, so a
+// counter added later fails here until it is described.
+func TestSummaryLineCountersAreDocumented(t *testing.T) {
+	counts := map[outcome.Code]int64{}
+	for _, c := range outcome.All() {
+		counts[c] = 1
+	}
+	sum := engine.Summary{Rows: 9, Written: 8, Lost: 1, Counts: counts, Kept: 1, Reused: 1, MaxActive: 2, Elapsed: time.Second,
+		Stop: engine.StopInterrupted, Provider: resilience.Stats{Policies: true, Calls: 9, Retries: 1, FallbackCalls: 1,
+			PromptTokens: 1, CompletionTokens: 1, TokenCalls: 1, RateLimited: 1, Timeouts: 1, BreakerOpenings: 1, BreakerOpen: time.Second,
+			FallbackRows: 1, Cooldowns: 1, MaxInFlight: 1, Limit: 3, CallsPerSec: 1}}
+	line := workerSummaryLine(sum, queue.WorkerStats{Claimed: 1, Swapped: 1, Retried: 1, GivenBack: 1, Discarded: 1, Cycles: 1, CycleTime: time.Millisecond})
+	var docs strings.Builder
+	paths, _ := filepath.Glob(filepath.Join(repoRoot, "docs", "guides", "*.md"))
+	for _, p := range append(paths, filepath.Join(repoRoot, "README.md")) {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		docs.Write(b)
+	}
+	keys := regexp.MustCompile(`(?:^| )([^ =]+)=`).FindAllStringSubmatch(line, -1)
+	if len(keys) < 40 {
+		t.Fatalf("%d keys in %q: the summary was not filled", len(keys), line)
+	}
+	for _, k := range keys {
+		if !strings.Contains(docs.String(), "`"+k[1]+"`") && !strings.Contains(docs.String(), "`"+k[1]+"=") {
+			t.Errorf("the summary line's %s is not documented (in backticks) in the README or a guide", k[1])
+		}
+	}
+}
+
+// The README's first two commands say what they fetch: the modules the
+// binary is built from (how many), and each module only the tests use.
+// The README said neither needed the network, and go test ./... fetched 8
+// modules of its own. go list tells, offline, from the module cache.
+func TestREADMESaysWhatTheFirstCommandsFetch(t *testing.T) {
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("no go command on PATH")
+	}
+	modules := func(args ...string) []string {
+		cmd := exec.Command(goBin, append([]string{"list", "-deps", "-f", "{{with .Module}}{{if not .Main}}{{.Path}}{{end}}{{end}}"}, args...)...)
+		cmd.Dir = repoRoot
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("go list %v: %v", args, err)
+		}
+		var m []string
+		for _, l := range strings.Fields(string(out)) {
+			if !slices.Contains(m, l) {
+				m = append(m, l)
+			}
+		}
+		return m
+	}
+	built := modules("./cmd/hfsent")
+	var testOnly []string
+	for _, m := range modules("-test", "./...") {
+		if !slices.Contains(built, m) {
+			testOnly = append(testOnly, m)
+		}
+	}
+	readme, err := os.ReadFile(filepath.Join(repoRoot, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	section := string(readme)
+	section = section[strings.Index(section, "## First two commands"):]
+	section = strings.Join(strings.Fields(section[:strings.Index(section[3:], "\n## ")+3]), " ")
+	for _, want := range []string{fmt.Sprintf("the %d modules hfsent is built from", len(built)), fmt.Sprintf("the second %d more", len(testOnly))} {
+		if !strings.Contains(section, want) {
+			t.Errorf("the README's first two commands do not say %q", want)
+		}
+	}
+	for _, m := range testOnly {
+		if !strings.Contains(section, "`"+m+"`") {
+			t.Errorf("the README's first two commands do not name %s, which go test ./... fetches", m)
+		}
 	}
 }

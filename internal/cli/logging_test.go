@@ -3,6 +3,8 @@ package cli
 import (
 	"bufio"
 	"encoding/json"
+	"fmt"
+	"net/http"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -53,5 +55,40 @@ func TestNoColour(t *testing.T) {
 		"classify", ciMixedInput(t), "--provider", "local", "--progress", "-o", filepath.Join(dir, "out.csv"))
 	if sgr := regexp.MustCompile(`\x1b\[[0-9;]*m`); sgr.MatchString(stderr) {
 		t.Errorf("colour codes on stderr: %q", stderr)
+	}
+}
+
+// JSON logs give durations in milliseconds, the unit in the key ("for_ms":
+// 1010 for a pause of 1s and its margin), never nanoseconds under the bare
+// key ("for":1010000000); text logs keep Go's "for=1.01s".
+func TestJSONLogDurationsInMilliseconds(t *testing.T) {
+	// run classifies two rows against a fake whose first answer is a 429
+	// with Retry-After: 1, which pauses every call and logs it.
+	classify := func(args ...string) run {
+		srv := fakehf.Start(&fakehf.Fake{Script: func(n int64, _ []string, _ *http.Request) fakehf.Reply {
+			if n == 1 {
+				return fakehf.Reply{Status: 429, Header: map[string]string{"Retry-After": "1"}}
+			}
+			return fakehf.Reply{}
+		}})
+		defer srv.Close()
+		in := writeFile(t, "in.csv", csvOf("a", "b"))
+		return runMain(t, map[string]string{"HF_TOKEN": token}, "", append(args, "classify", in, "--endpoint", srv.URL, "-c", "1",
+			"-o", filepath.Join(t.TempDir(), "out.csv"))...)
+	}
+	r := classify("--log-format", "json")
+	var pause map[string]any
+	for line := range strings.Lines(r.stderr) {
+		var rec map[string]any
+		if json.Unmarshal([]byte(line), &rec) == nil && strings.HasPrefix(fmt.Sprint(rec["msg"]), "rate limited") {
+			pause = rec
+		}
+	}
+	if ms, _ := pause["for_ms"].(float64); pause == nil || ms < 1000 || ms > 1100 || pause["for"] != nil {
+		t.Fatalf("the pause's log line %v, want for_ms about 1000 (Retry-After: 1) and no for:\n%s", pause, r.stderr)
+	}
+	r = classify()
+	if !regexp.MustCompile(`for=1(\.\d+)?s`).MatchString(r.stderr) {
+		t.Fatalf("text logs: %s", r.stderr)
 	}
 }

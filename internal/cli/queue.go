@@ -246,9 +246,9 @@ func (o *pushOptions) validate() error {
 		return usageErrorf("--provider %q: want hf or chat", o.provider)
 	}
 	if o.flags.Changed("labels") {
-		o.labelList = splitLabels(o.labels)
-		if err := provider.CheckLabels(o.labelList); err != nil {
-			return usageErrorf("--labels: %v", err)
+		var err error
+		if o.labelList, err = parseLabels(o.labels); err != nil {
+			return err
 		}
 	}
 	if o.provider == "chat" && (len(o.labelList) == 0 || !o.flags.Changed("model")) {

@@ -71,7 +71,7 @@ colour codes, so NO_COLOR and plain terminals need nothing.`,
 	root.SetVersionTemplate(versionLine() + "\n")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError(err) })
 	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "info", "log level on stderr: debug, info, warn, error")
-	root.PersistentFlags().StringVar(&g.logFormat, "log-format", "text", "log format on stderr: text or json")
+	root.PersistentFlags().StringVar(&g.logFormat, "log-format", "text", "log format on stderr: text or json (one object a line; durations in milliseconds, their keys ending in _ms)")
 
 	root.AddCommand(newClassifyCmd(ios, g), newServeCmd(ios, g))
 	root.AddCommand(newVersionCmd(ios))
@@ -79,6 +79,17 @@ colour codes, so NO_COLOR and plain terminals need nothing.`,
 	root.AddCommand(newQueueCmd(ios, g), newWorkerCmd(ios, g), newBudgetCmd(ios, g), newCacheCmd(ios, g))
 	registerCompletions(root)
 	return root
+}
+
+// jsonDuration writes a duration in a JSON log as milliseconds, its key
+// ending in _ms ("for_ms": 1000, as serve's "duration_ms"): slog's JSON
+// handler writes nanoseconds under the bare key, which no reader expects.
+// Text logs keep Go's form (for=1s).
+func jsonDuration(_ []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() != slog.KindDuration {
+		return a
+	}
+	return slog.Float64(a.Key+"_ms", float64(a.Value.Duration().Microseconds())/1000)
 }
 
 // logger builds the stderr logger for a command.
@@ -92,6 +103,7 @@ func (g *globalOptions) logger(ios *IOStreams) (*slog.Logger, error) {
 	case "text":
 		return slog.New(slog.NewTextHandler(ios.ErrOut, opts)), nil
 	case "json":
+		opts.ReplaceAttr = jsonDuration
 		return slog.New(slog.NewJSONHandler(ios.ErrOut, opts)), nil
 	}
 	return nil, usageErrorf("--log-format %q: want text or json", g.logFormat)

@@ -228,12 +228,7 @@ func runWorker(ctx context.Context, o *workerOptions, ios *IOStreams, log *slog.
 	if ctx.Err() != nil {
 		sum.Stop = engine.StopInterrupted
 	}
-	cycleMs := 0.0
-	if st.Cycles > 0 {
-		cycleMs = float64(st.CycleTime.Microseconds()) / 1000 / float64(st.Cycles)
-	}
-	fmt.Fprintf(ios.ErrOut, "%s claimed=%d swapped=%d requeued=%d given_back=%d discarded=%d db_round_trips=%d round_trip_ms=%.1f\n", summaryLine(sum),
-		st.Claimed, st.Swapped, st.Retried, st.GivenBack, st.Discarded, st.Cycles, cycleMs)
+	fmt.Fprintln(ios.ErrOut, workerSummaryLine(sum, st))
 	switch {
 	case runErr != nil:
 		return &exitError{code: ExitRowsFailed, err: runErr}
@@ -261,4 +256,15 @@ func labelsShown(l []string) string {
 		return "none"
 	}
 	return "--labels " + queue.Printable(strings.Join(l, ","))
+}
+
+// workerSummaryLine is classify's summary line and the worker's own
+// counts: its claims and what became of them, and its round trips.
+func workerSummaryLine(sum engine.Summary, st queue.WorkerStats) string {
+	cycleMs := 0.0
+	if st.Cycles > 0 {
+		cycleMs = float64(st.CycleTime.Microseconds()) / 1000 / float64(st.Cycles)
+	}
+	return fmt.Sprintf("%s claimed=%d swapped=%d requeued=%d given_back=%d discarded=%d db_round_trips=%d round_trip_ms=%.1f", summaryLine(sum),
+		st.Claimed, st.Swapped, st.Retried, st.GivenBack, st.Discarded, st.Cycles, cycleMs)
 }

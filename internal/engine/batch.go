@@ -34,6 +34,14 @@ func (p *Pipeline) claim(j *Job) (item, bool) {
 		p.finishNotAttempted(j)
 		return item{}, false
 	}
+	// A text the provider cannot be sent (a prompt over its bound) is
+	// invalid_input here, whatever brought it: it takes no slot and no
+	// tokens of a --tpm.
+	if err := p.guard.CheckText(j.Row.Text); err != nil {
+		code, msg := p.classifyError(err, context.Background())
+		p.finish(j, results.Row{Outcome: code, Error: msg, StartedMs: -1})
+		return item{}, false
+	}
 	if p.cache == nil {
 		if hit {
 			p.finishCached(j)

@@ -588,8 +588,12 @@ func (p *Pipeline) slot(j *Job, wait time.Duration) (*resilience.Permit, results
 	msg := p.capacityMessage(wait)
 	if n, held := p.slots.Share(); n >= 0 && !held {
 		// A member of a fleet budget whose lease lapsed: nothing is sent
-		// until it renews.
-		msg = "not sent: this process's share of the fleet budget (--budget) lapsed: its database cannot be reached, nothing new is sent until it renews"
+		// until it renews. Why, as the member said.
+		why := p.slots.Lapse()
+		if why == "" {
+			why = "it could not be renewed"
+		}
+		msg = "not sent: this process's share of the fleet budget (--budget) lapsed: " + why + "; nothing new is sent until it renews"
 	}
 	p.turnedAway.Store(time.Now().UnixNano())
 	return nil, results.Row{Outcome: outcome.LocalCapacity, StartedMs: -1, RetryAfter: retry, Error: msg}

@@ -14,8 +14,10 @@ import (
 	"sync/atomic"
 	"time"
 	"unicode"
+	"unicode/utf8"
 
 	"github.com/hfsent/hfsent/internal/outcome"
+	"github.com/hfsent/hfsent/internal/visible"
 )
 
 // DefaultChatEndpoint is Hugging Face Inference Providers' OpenAI-compatible
@@ -83,6 +85,10 @@ type Chat struct {
 	longestRunes           int // the longest label, in characters
 	longestBytes           int // and in bytes
 	labelsText             string
+	// A call's messages hold fixedLen bytes and the text textCount times
+	// (promptBytes): the template's {text}s, or the instruction and the
+	// text once.
+	fixedLen, textCount int
 	// noLogprobs is set, once per run, when the server refused logprobs.
 	noLogprobs atomic.Bool
 	warnOnce   sync.Once
@@ -132,12 +138,60 @@ func NewChat(cfg ChatConfig) (*Chat, error) {
 	c.maxTokens = maxTokensFor(start, c.longestRunes, c.longestBytes)
 	c.topLogprobs = min(max(len(c.labels), 5), MaxTopLogprobs)
 	c.labelsText = strings.Join(c.labels, ", ")
+	if cfg.Prompt == "" {
+		c.fixedLen, c.textCount = len(strings.ReplaceAll(defaultInstruction, "{labels}", c.labelsText)), 1
+	} else {
+		// {labels} and {text} never overlap, so each is counted alone as
+		// the replacer (body) finds them.
+		c.textCount = strings.Count(cfg.Prompt, "{text}")
+		nl := strings.Count(cfg.Prompt, "{labels}")
+		c.fixedLen = len(cfg.Prompt) - c.textCount*len("{text}") + nl*(len(c.labelsText)-len("{labels}"))
+	}
 	return c, nil
+}
+
+// MaxPromptBytes bounds the messages one call sends: the template with the
+// labels and the text in place, or the instruction and the text. It holds
+// the longest text --max-chars allows (1,000,000 characters of up to 4
+// bytes) once in a --prompt-file of 64 KiB; what it refuses is a template
+// that repeats {text} (10,000 times made requests of 35 MB).
+const MaxPromptBytes = 4 << 20
+
+// promptBytes is the size of the messages a call for text sends, counted
+// without building them.
+func (c *Chat) promptBytes(text string) int { return c.fixedLen + c.textCount*len(text) }
+
+// CheckText says, before any call, whether the prompt for text can be
+// sent: an *Error (invalid_input) when it would be over MaxPromptBytes,
+// for the row alone; nil otherwise.
+func (c *Chat) CheckText(text string) error {
+	n := c.promptBytes(text)
+	if n <= MaxPromptBytes {
+		return nil
+	}
+	why := fmt.Sprintf("the text is %s", mib(len(text)))
+	if c.cfg.Prompt != "" {
+		why = fmt.Sprintf("--prompt-file holds {text} %d times and the text is %s", c.textCount, mib(len(text)))
+	}
+	return &Error{Outcome: outcome.InvalidInput, Msg: fmt.Sprintf("the prompt would be %s, over the %s a prompt may hold: %s; put {text} in the template fewer times, or lower --max-chars",
+		mib(n), mib(MaxPromptBytes), why)}
+}
+
+// mib is n bytes in KiB or MiB, for a message.
+func mib(n int) string {
+	if n < 1<<20 {
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
 }
 
 // CheckLabels refuses a set of labels a chat model could not be held to:
 // fewer than MinLabels or more than MaxLabels, a blank one, or two that
-// are the same once normalised as answers are (case, spaces, quotes).
+// are the same once normalised as answers are (case, spaces, quotes). A
+// label must show as it is (visible.Hidden, the rule for batch and budget
+// names): one holding a zero-width or bidirectional control character
+// would be written to the results looking like another label, or like
+// none.
 func CheckLabels(labels []string) error {
 	if len(labels) < MinLabels || len(labels) > MaxLabels {
 		return fmt.Errorf("want %d to %d labels, got %d", MinLabels, MaxLabels, len(labels))
@@ -145,13 +199,15 @@ func CheckLabels(labels []string) error {
 	seen := map[string]string{}
 	for _, l := range labels {
 		n := normalise(l)
-		switch {
+		switch r, at := visible.Hidden(l); {
+		case !utf8.ValidString(l):
+			return fmt.Errorf("label %q is not UTF-8", l)
 		case n == "":
 			return errors.New("a label is empty")
 		case len([]rune(l)) > MaxLabelLen:
 			return fmt.Errorf("a label is longer than %d characters", MaxLabelLen)
-		case strings.IndexFunc(l, unicode.IsControl) >= 0:
-			return fmt.Errorf("label %q holds a control character", l)
+		case at >= 0:
+			return fmt.Errorf("label %q holds %U at character %d: a label may hold letters, digits, punctuation, symbols and spaces", l, r, at+1)
 		}
 		if prev, ok := seen[n]; ok {
 			return fmt.Errorf("labels %q and %q are the same label", prev, l)
@@ -177,13 +233,8 @@ func (c *Chat) Labels() []string { return append([]string(nil), c.labels...) }
 func (c *Chat) EstimateTokens(texts []string) int {
 	n := 0
 	for _, t := range texts {
-		sent := len(t)
-		if c.cfg.Prompt != "" {
-			sent += len(c.cfg.Prompt) + len(c.labelsText)
-		} else {
-			sent += len(defaultInstruction) + len(c.labelsText)
-		}
-		n += sent/3 + 16 + c.maxTokens
+		// Every {text} and {labels} of the template is sent.
+		n += c.promptBytes(t)/3 + 16 + c.maxTokens
 	}
 	return n
 }
@@ -306,11 +357,17 @@ func (c *Chat) one(ctx context.Context, call Call, text string) (Prediction, Lim
 // now (with logprobs unless the server refused them this run, under the
 // constraint the run is at).
 func (c *Chat) Request(text string) (string, []byte, error) {
+	if err := c.CheckText(text); err != nil {
+		return c.URL(), nil, err
+	}
 	b, err := json.Marshal(c.request(text, c.opts(Call{})))
 	return c.URL(), b, err
 }
 
 func (c *Chat) send(ctx context.Context, text string, call Call, o sendOpts) (Prediction, Limits, error) {
+	if err := c.CheckText(text); err != nil {
+		return Prediction{}, Limits{}, err // never built: it could be gigabytes
+	}
 	creq := c.request(text, o)
 	body, err := json.Marshal(creq)
 	if err != nil {

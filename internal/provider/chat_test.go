@@ -316,7 +316,8 @@ func TestCheckLabels(t *testing.T) {
 	for i := range many {
 		many[i] = strings.Repeat("x", i+1)
 	}
-	for _, bad := range [][]string{nil, {"a"}, {"a", ""}, {"a", "A"}, {"yes", " \"Yes\" "}, many, {"a", strings.Repeat("b", 101)}, {"a", "b\x1b[31m"}} {
+	for _, bad := range [][]string{nil, {"a"}, {"a", ""}, {"a", "A"}, {"yes", " \"Yes\" "}, many, {"a", strings.Repeat("b", 101)}, {"a", "b\x1b[31m"},
+		{"a", "b\u200b"}, {"a", "\u202eb"}, {"a", "b\u2028c"}, {"a", "\xffb"}} {
 		if err := provider.CheckLabels(bad); err == nil {
 			t.Errorf("%q taken", bad)
 		}
@@ -476,5 +477,75 @@ func TestChatReadsTheServersOwnCost(t *testing.T) {
 		if u.Costed != tc.costed || u.Cost != tc.want || u.Prompt != 10 {
 			t.Errorf("cost %s: read cost=%v costed=%v prompt=%d, want %v %v 10", tc.cost, u.Cost, u.Costed, u.Prompt, tc.want, tc.costed)
 		}
+	}
+}
+
+// promptContent is the one user message of the body a call for text would
+// send (a --prompt-file run).
+func promptContent(t *testing.T, c *provider.Chat, text string) (string, error) {
+	t.Helper()
+	_, body, err := c.Request(text)
+	if err != nil {
+		return "", err
+	}
+	var req fakehf.ChatRequest
+	if err := json.Unmarshal(body, &req); err != nil || len(req.Messages) != 1 {
+		t.Fatalf("body %.200s: %v", body, err)
+	}
+	return req.Messages[0].Content, nil
+}
+
+// The prompt is bounded as it is rendered: a template that repeats {text}
+// made requests of 35 MB (10,000 times). A prompt of MaxPromptBytes is
+// sent; one byte more is invalid_input, for that text alone, said before
+// anything is built (CheckText), and Classify sends nothing for it.
+func TestChatPromptIsBounded(t *testing.T) {
+	f := &fakehf.Chat{}
+	srv := fakehf.StartChat(f)
+	defer srv.Close()
+	// Rendered: 2 × the text, and "a, b" for {labels}: 2L+4 bytes.
+	c := newChat(t, srv.URL, []string{"a", "b"}, func(cfg *provider.ChatConfig) { cfg.Prompt = "{text}{text}{labels}" })
+	fits := strings.Repeat("x", (provider.MaxPromptBytes-4)/2)
+	content, err := promptContent(t, c, fits)
+	if err != nil || len(content) != provider.MaxPromptBytes || c.CheckText(fits) != nil {
+		t.Fatalf("a prompt of %d bytes (the bound %d): %v", len(content), provider.MaxPromptBytes, err)
+	}
+	over := fits + "x"
+	err = c.CheckText(over)
+	pe, ok := provider.AsError(err)
+	if !ok || pe.Outcome != outcome.InvalidInput || !strings.Contains(err.Error(), "{text} 2 times") || !strings.Contains(err.Error(), "--max-chars") {
+		t.Fatalf("one byte over the bound: %v", err)
+	}
+	if _, err := promptContent(t, c, over); provider.OutcomeOf(err) != outcome.InvalidInput {
+		t.Fatalf("Request over the bound: %v", err)
+	}
+	if _, err := classifyChat(t, c, over); provider.OutcomeOf(err) != outcome.InvalidInput || f.Calls() != 0 {
+		t.Fatalf("Classify over the bound: %v, %d calls", err, f.Calls())
+	}
+	// The default instruction holds the text once: the longest text
+	// --max-chars allows (1,000,000 characters of 4 bytes) fits.
+	plain := newChat(t, srv.URL, []string{"a", "b"})
+	if err := plain.CheckText(strings.Repeat("😀", 1_000_000)); err != nil {
+		t.Fatalf("the longest text, once: %v", err)
+	}
+}
+
+// The token estimate counts every {text} and {labels} of the template,
+// not one: it reserved under --tpm a thousandth of what 1,000 {text}s
+// cost.
+func TestChatEstimateCountsEveryText(t *testing.T) {
+	labels := []string{"positive", "negative"}
+	text := strings.Repeat("the service was slow ", 20) // 420 bytes
+	once := newChat(t, "http://127.0.0.1:1", labels, func(cfg *provider.ChatConfig) { cfg.Prompt = "Pick {labels}: {text}" })
+	many := newChat(t, "http://127.0.0.1:1", labels, func(cfg *provider.ChatConfig) {
+		cfg.Prompt = "Pick {labels}: " + strings.Repeat("{text} {labels}\n", 1000)
+	})
+	content, err := promptContent(t, many, text)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e1, e2 := once.EstimateTokens([]string{text}), many.EstimateTokens([]string{text})
+	if e2 < len(content)/3 || e2 < 500*e1 {
+		t.Fatalf("estimate %d for a prompt of %d bytes (%d for {text} once): want at least a token per 3 bytes", e2, len(content), e1)
 	}
 }

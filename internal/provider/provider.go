@@ -134,6 +134,13 @@ type TokenEstimator interface {
 	EstimateTokens(texts []string) int
 }
 
+// TextChecker is a client that can tell, before any call, that a text
+// cannot be sent (the chat client: its prompt would be over
+// MaxPromptBytes). The error is an *Error, invalid_input: the row's own.
+type TextChecker interface {
+	CheckText(text string) error
+}
+
 // Requester is a client that can show, before any call, the exact request
 // it would send now for one text alone: the URL (credentials redacted) and
 // the body, byte for byte what Classify would post. The response cache keys

@@ -12,6 +12,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/hfsent/hfsent/internal/visible"
 )
 
 func mustSub() fs.FS {
@@ -37,11 +39,9 @@ func CheckName(name string) error {
 	if n := utf8.RuneCountInString(name); n > MaxNameChars {
 		return fmt.Errorf("%w: the batch name has %d characters, over %d", ErrName, n, MaxNameChars)
 	}
-	for i, r := range []rune(name) {
-		if unicode.IsControl(r) || unicode.In(r, unicode.Cf, unicode.Zl, unicode.Zp) {
-			return fmt.Errorf("%w: the batch name %s holds %U at character %d: a name may hold letters, digits, punctuation, symbols and spaces",
-				ErrName, Printable(name), r, i+1)
-		}
+	if r, i := visible.Hidden(name); i >= 0 {
+		return fmt.Errorf("%w: the batch name %s holds %U at character %d: a name may hold letters, digits, punctuation, symbols and spaces",
+			ErrName, Printable(name), r, i+1)
 	}
 	return nil
 }

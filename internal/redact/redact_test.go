@@ -1,9 +1,13 @@
 package redact
 
 import (
+	"encoding/base64"
+	"encoding/hex"
+	"fmt"
 	"net/url"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 func TestURL(t *testing.T) {
@@ -81,4 +85,65 @@ func TestTextRedactsMaskedKeys(t *testing.T) {
 	if strings.Contains(got, "abcd") || strings.Contains(got, "wxyz") || !strings.Contains(got, "Incorrect API key provided: "+Mark) {
 		t.Fatalf("%q", got)
 	}
+}
+
+// A key a server echoes back encoded reached the error column and stderr:
+// only the exact string was redacted. Every common encoding goes now, alone
+// or inside a longer text (a base64 "Bearer KEY" header, at each alignment).
+func TestTextRedactsTheSecretsEncodings(t *testing.T) {
+	const key = "local+key/with=odd:chars-ünï-0123456789"
+	b64 := func(s string) []string {
+		return []string{base64.StdEncoding.EncodeToString([]byte(s)), base64.RawURLEncoding.EncodeToString([]byte(s))}
+	}
+	shown := map[string]string{
+		"exact":       key,
+		"upper":       strings.ToUpper(key),
+		"lower":       strings.ToLower(key),
+		"query":       url.QueryEscape(key),
+		"query lower": strings.ToLower(url.QueryEscape(key)),
+		"path":        url.PathEscape(key),
+		"hex":         hex.EncodeToString([]byte(key)),
+		"HEX":         strings.ToUpper(hex.EncodeToString([]byte(key))),
+	}
+	// kept is what may stay of each: the encoding of what came before
+	// the key, a character that mixes its bits with the key's, padding.
+	kept := map[string]int{}
+	for _, prefix := range []string{"", "Bearer ", "user:", "x"} {
+		for j, e := range b64(prefix + key) {
+			name := fmt.Sprintf("base64 of %q, %d", prefix, j)
+			shown[name], kept[name] = e, len(base64.RawStdEncoding.EncodeToString([]byte(prefix)))+3
+		}
+	}
+	const before, after = "invalid key: ", " (see the docs)"
+	for name, enc := range shown {
+		got := Text(before+enc+after, key)
+		if !strings.HasPrefix(got, before) || !strings.HasSuffix(got, after) || strings.Count(got, Mark) != 1 {
+			t.Errorf("%s: %q", name, got)
+			continue
+		}
+		if left := len(got) - len(before) - len(after) - len(Mark); left > kept[name] {
+			t.Errorf("%s: %q keeps %d characters of %q, want at most %d", name, got, left, enc, kept[name])
+		}
+	}
+	// Short secrets are matched as they are, not by their encodings: a few
+	// characters of base64 are found in ordinary text.
+	if got := Text("ab3d yWIz", "ab3d"); got != Mark+" yWIz" {
+		t.Errorf("short secret: %q", got)
+	}
+	if got := Text("\xff\xfeKEY-0123456789 rest", "key-0123456789"); got != "\xff\xfe"+Mark+" rest" {
+		t.Errorf("invalid UTF-8 before it: %q", got)
+	}
+}
+
+// FuzzText: whatever the text and the secret, Text does not panic, and a
+// secret of 4 bytes or more is not in what it returns.
+func FuzzText(f *testing.F) {
+	f.Add("echo Local+Key/With=Odd and more", "Local+Key/With=Odd")
+	f.Add("\xff\xfe ÜNÏ ünï", "ünïcode-key")
+	f.Fuzz(func(t *testing.T, s, secret string) {
+		got := Text(s, secret)
+		if len(secret) >= 4 && utf8.ValidString(secret) && strings.Contains(got, secret) && !strings.Contains(Mark, secret) {
+			t.Fatalf("Text(%q, %q) = %q shows the secret", s, secret, got)
+		}
+	})
 }

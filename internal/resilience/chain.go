@@ -267,6 +267,16 @@ func (g *Guard) Fallback() provider.Classifier { return g.cfg.Fallback }
 // Ledger is what the calls are charged to (nil: none).
 func (g *Guard) Ledger() *spend.Ledger { return g.cfg.Ledger }
 
+// CheckText says whether text can be sent to the primary provider at all
+// (provider.TextChecker): an invalid_input *provider.Error when it cannot,
+// nil when it can or the provider cannot tell.
+func (g *Guard) CheckText(text string) error {
+	if tc, ok := g.client.(provider.TextChecker); ok {
+		return tc.CheckText(text)
+	}
+	return nil
+}
+
 // Slots is the calls-in-flight bound the engine takes a row's first slot
 // from (its admission).
 func (g *Guard) Slots() *Slots { return g.slots }
@@ -375,6 +385,10 @@ func (g *Guard) SetShare(n int, rps float64, until time.Time) {
 	}
 	g.limiter.setLimit(lim)
 }
+
+// SetLapse is a fleet budget's word for why this process's share could
+// not be renewed: the rows turned away once it lapses say it.
+func (g *Guard) SetLapse(why string) { g.slots.SetLapse(why) }
 
 // Demand is what a fleet's budget divides its cap by: the calls in flight
 // now, and the most calls in flight plus rows waiting for a slot since the

@@ -51,6 +51,9 @@ type Slots struct {
 	leaseEnd atomic.Int64
 	renewed  chan struct{}
 	peak     int
+	// lapse is why the lease could not be renewed, as its holder said
+	// last (SetLapse); "" until it said.
+	lapse string
 }
 
 type slotWaiter struct {
@@ -532,6 +535,22 @@ func (s *Slots) SetShare(n int, until time.Time) {
 // process's monotonic clock (true when there is no outside bound).
 func (s *Slots) leaseHeld() bool {
 	return s.share < 0 || int64(time.Since(s.base)) < s.leaseEnd.Load()
+}
+
+// SetLapse records why the outside bound's lease could not be renewed
+// (the budget was dropped, its database cannot be reached), for the rows
+// turned away once it lapses.
+func (s *Slots) SetLapse(why string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.lapse = why
+}
+
+// Lapse is why the lease could not be renewed, as SetLapse said last.
+func (s *Slots) Lapse() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.lapse
 }
 
 // Share is the outside bound now (-1: none) and whether its lease holds.
