@@ -2,8 +2,9 @@ package budget
 
 import (
 	"os"
-	"strings"
 	"testing"
+
+	"github.com/hfsent/hfsent/internal/sqlfile"
 )
 
 // Every file of sql/ is loaded in store.go: a statement written and never
@@ -13,14 +14,11 @@ func TestEveryStatementIsLoaded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	entries, err := sqlFiles.ReadDir("sql")
+	missing, err := sqlfile.Unloaded(sqlFiles, string(src))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, e := range entries {
-		name := strings.TrimSuffix(e.Name(), ".sql")
-		if !strings.Contains(string(src), `load("`+name+`")`) {
-			t.Errorf("sql/%s is not loaded in store.go", e.Name())
-		}
+	for _, name := range missing {
+		t.Errorf("sql/%s is not loaded in store.go", name)
 	}
 }

@@ -23,6 +23,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/hfsent/hfsent/internal/sqlfile"
+
 	"github.com/hfsent/hfsent/internal/visible"
 )
 
@@ -30,13 +32,7 @@ import (
 var sqlFiles embed.FS
 
 // load reads sql/<name>.sql: a statement sent with named parameters.
-func load(name string) string {
-	b, err := sqlFiles.ReadFile("sql/" + name + ".sql")
-	if err != nil {
-		panic(err) // the embedded files are fixed at build time
-	}
-	return string(b)
-}
+func load(name string) string { return sqlfile.Read(sqlFiles, name) }
 
 var (
 	// A renewal, in the order it sends them.

@@ -7,19 +7,15 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/hfsent/hfsent/internal/sqlfile"
 )
 
 //go:embed sql/*.sql
 var sqlFiles embed.FS
 
 // load reads sql/<name>.sql: a statement sent with named parameters.
-func load(name string) string {
-	b, err := sqlFiles.ReadFile("sql/" + name + ".sql")
-	if err != nil {
-		panic(err) // the embedded files are fixed at build time
-	}
-	return string(b)
-}
+func load(name string) string { return sqlfile.Read(sqlFiles, name) }
 
 var (
 	sqlGet    = load("get")

@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/hfsent/hfsent/internal/sqlfile"
 )
 
 // The queue's statements: each is a file of sql/, whole, with its named
@@ -85,11 +87,7 @@ type statement struct {
 // load reads sql/<name>.sql. The files are built into the binary: one that
 // is missing or malformed fails every test of the package at its start.
 func load(name string) *statement {
-	text, err := sqlFiles.ReadFile("sql/" + name + ".sql")
-	if err != nil {
-		panic(err)
-	}
-	sql, params, err := number(string(text))
+	sql, params, err := number(sqlfile.Read(sqlFiles, name))
 	if err != nil {
 		panic(fmt.Sprintf("sql/%s.sql: %v", name, err))
 	}
