@@ -86,7 +86,7 @@ func guardedURL(t *testing.T, url string, c int, cfg resilience.Config) *resilie
 
 // An endpoint that refuses every call with the same 4xx (a model for
 // another task: the recorded 422 "missing field `inputs`") stops the run as
-// a 404 does, after the first three texts and one harmless sample; no row
+// a 404 does, after the first three calls and one harmless sample; no row
 // is recorded final, so a --resume against the corrected endpoint redoes
 // them all.
 func TestEndpointRefusingEveryCallStopsTheRun(t *testing.T) {
