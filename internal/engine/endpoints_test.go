@@ -296,9 +296,10 @@ func TestScaledToZeroEndpointServesTheRun(t *testing.T) {
 // whatever --batch-size is: a batch the endpoint refuses is one call of
 // evidence, held (no slot) until the verdict, and split only if the
 // endpoint is found to serve. Before, each refused batch of b texts was
-// split down to its single texts (2b-1 calls) before the verdict could
-// come: 29 calls at -c 4 --batch-size 4, 61 at 8, 101 at 16. Rows sent
-// end upstream_endpoint, the others not_attempted, none final, and the
+// split down to its single texts (up to 2b-1 calls) before the verdict
+// could come: 32 calls at -c 4 --batch-size 4, 41 at 8, 57 at 16; now 8,
+// RefusedAfter + 1 + c, as at --batch-size 1. Rows sent end
+// upstream_endpoint, the others not_attempted, none final, and the
 // summary counts what was sent.
 func TestEndpointRefusingEveryBatchStopsTheRun(t *testing.T) {
 	const c, n = 4, 200
