@@ -12,7 +12,7 @@
 #                                      # (ratelimit-300s needs 300 and more)
 set -euo pipefail
 LIMIT=${LIMIT:-400}
-CASES=${CASES:-"tei-pairs tei-predict-url gone-410 redirect-301 wrong-task down-503 cold long-text ratelimit-300s bare-429 cdn-52x quota-402"}
+CASES=${CASES:-"tei-pairs tei-predict-url gone-410 redirect-301 wrong-task wrong-task-batch down-503 cold long-text ratelimit-300s bare-429 cdn-52x quota-402"}
 command -v jq >/dev/null || { echo "needs jq: apt-get install -y jq" >&2; exit 2; }
 source "$(dirname "$0")/lib.sh"
 
@@ -65,6 +65,7 @@ for c in $CASES; do
     gone-410) one gone-410 rows200.csv -replay endpoint_410_gone -- --endpoint @URL@/models/x -c 4 ;;
     redirect-301) one redirect-301 rows200.csv -replay endpoint_301_then_405 -- --endpoint @URL@/models/x -c 4 ;;
     wrong-task) one wrong-task rows200.csv -replay router_422_text_plain -- --endpoint @URL@/models/x -c 4 --batch-size 2 ;;
+    wrong-task-batch) one wrong-task-batch rows200.csv -replay toolkit_400_wrong_task -- --endpoint @URL@ -c 4 --batch-size 16 ;;
     down-503) one down-503 rows30.csv -replay router_503_html -- --endpoint @URL@/models/x ;;
     cold) one cold rows10.csv -scale-to-zero 20s -latency 5ms -- --endpoint @URL@/models/x ;;
     long-text) one long-text long.csv -max-words 50 -latency 5ms -- --endpoint @URL@/models/x ;;

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"fmt"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -85,6 +86,55 @@ func TestEndpointThatRefusesEveryCallStopsTheRun(t *testing.T) {
 				}
 			}
 			resumeRedoesAll(t, f, mended, n, args...)
+		})
+	}
+}
+
+// The same 400 for every call (a model for another task) at --batch-size
+// 4 and 16 stops the run as at --batch-size 1: exit 1, at most 2 × -c
+// calls (before, each refused batch was split down to its single texts:
+// 29 calls at -c 4 --batch-size 4), the rows sent upstream_endpoint, the
+// rest not_attempted and counted so in the summary, none final; --resume
+// against the mended endpoint redoes them all.
+func TestEndpointRefusingEveryBatchStopsTheRun(t *testing.T) {
+	const n = 200
+	for _, bs := range []string{"4", "16"} {
+		t.Run("--batch-size "+bs, func(t *testing.T) {
+			f, mended := switchable(func(int64, []string, *http.Request) fakehf.Reply {
+				return fakehf.Reply{Status: 400, Body: `{"error":"The model is not supported for task text-classification"}`}
+			})
+			srv := fakehf.Start(f)
+			defer srv.Close()
+			dir := t.TempDir()
+			in := writeInput(t, dir, n, uniqText)
+			out := filepath.Join(dir, "out.csv")
+			args := []string{"classify", in, "-o", out, "--endpoint", srv.URL, "-c", "4", "--batch-size", bs, "--no-progress"}
+			code, stderr := run(t, args...)
+			if code != 1 || !strings.Contains(stderr, "stopped sending (endpoint refuses every call)") || !strings.Contains(stderr, "not supported for task") {
+				t.Fatalf("exit %d, want 1 naming the endpoint's refusal:\n%s", code, stderr)
+			}
+			t.Logf("%d calls for %d rows", f.Calls(), n)
+			if f.Calls() > 2*4 {
+				t.Fatalf("the endpoint got %d calls, want at most 2 × -c = 8", f.Calls())
+			}
+			rows := readResults(t, out)
+			counts := map[string]int{}
+			for _, r := range rows {
+				counts[r["outcome"]]++
+				sent := r["attempts"] != "0"
+				if o := r["outcome"]; sent != (o == "upstream_endpoint") || o != "upstream_endpoint" && o != "not_attempted" {
+					t.Fatalf("row %s: %s after %s attempts (%s)", r["request_id"], o, r["attempts"], r["error"])
+				}
+			}
+			if len(rows) != n || !strings.Contains(stderr, fmt.Sprintf("upstream_endpoint=%d ", counts["upstream_endpoint"])) ||
+				!strings.Contains(stderr, fmt.Sprintf("not_attempted=%d ", counts["not_attempted"])) || !strings.Contains(stderr, fmt.Sprintf("calls=%d ", f.Calls())) {
+				t.Fatalf("%d rows %v; the summary does not count them, or the calls (%d):\n%s", len(rows), counts, f.Calls(), stderr)
+			}
+			mended.Store(true)
+			if code, stderr := run(t, append(args, "--resume")...); code != 0 {
+				t.Fatalf("--resume against the mended endpoint: exit %d\n%s", code, stderr)
+			}
+			checkComplete(t, readResults(t, out), n)
 		})
 	}
 }

@@ -206,7 +206,9 @@ func (p *Pipeline) call(batch []item, permit *resilience.Permit) []results.Row {
 // own slot). A batch the provider refuses as a whole (413, another 4xx, or
 // an answer that is not a classification) is split in halves and each half
 // asked again, so that one bad row ends alone with its outcome and its
-// neighbours still succeed.
+// neighbours still succeed; a 4xx before the endpoint's verdict waits for
+// it first (awaitVerdict), and is not split when the endpoint refuses
+// every call.
 //
 // started is set to when the first call was sent: the wait before it (rate
 // limit, adaptive limit, cooldown, an open breaker) counts as waiting, not as
@@ -218,6 +220,7 @@ func (p *Pipeline) send(ctx context.Context, permit *resilience.Permit, batch []
 	}
 	row := &resilience.Row{Permit: permit, Stop: p.admitCtx.Done(), FailFast: p.cfg.FailFast}
 	ans, err := p.guard.Classify(ctx, row, texts)
+	answered := time.Now()
 	if at, ok := row.FirstAttempt(); ok && started.IsZero() {
 		*started = at
 	}
@@ -229,20 +232,27 @@ func (p *Pipeline) send(ctx context.Context, permit *resilience.Permit, batch []
 		err = &provider.Error{Outcome: outcome.UpstreamPayload, Msg: "answer does not have one prediction per text"}
 	}
 	if err != nil && len(batch) > 1 && splittable(err) && ctx.Err() == nil {
-		// The permit went with the first attempt (row.Permit is nil): the
-		// halves take their own.
-		h := len(batch) / 2
-		p.send(ctx, row.Permit, batch[:h], out[:h], started)
-		p.send(ctx, row.Permit, batch[h:], out[h:], started)
-		return
+		// A refusal before the endpoint's verdict is one call of evidence,
+		// the batch's as a text's: held until the verdict, the batch is
+		// split only if the endpoint serves (or no verdict can come), not
+		// into calls an endpoint that refuses every call refuses too.
+		if err = p.awaitVerdict(ctx, err); splittable(err) && ctx.Err() == nil {
+			// The permit went with the first attempt (row.Permit is nil):
+			// the halves take their own.
+			h := len(batch) / 2
+			p.send(ctx, row.Permit, batch[:h], out[:h], started)
+			p.send(ctx, row.Permit, batch[h:], out[h:], started)
+			return
+		}
 	}
 	startedMs, latency := int64(-1), int64(0) // never sent: no start, no latency
 	if !started.IsZero() {
-		startedMs, latency = p.ms(*started), time.Since(*started).Milliseconds()
+		// Up to the answer: a wait for the verdict is not time at the
+		// provider.
+		startedMs, latency = p.ms(*started), answered.Sub(*started).Milliseconds()
 	}
 	if err != nil && len(batch) == 1 {
-		// Its text's fault, or the endpoint's? (held after the answer:
-		// the wait is not time at the provider)
+		// Its text's fault, or the endpoint's?
 		err = p.awaitVerdict(ctx, err)
 	}
 	var code outcome.Code

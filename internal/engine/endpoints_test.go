@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/hfsent/hfsent/internal/outcome"
 	"github.com/hfsent/hfsent/internal/provider"
 	"github.com/hfsent/hfsent/internal/resilience"
+	"github.com/hfsent/hfsent/internal/results"
 )
 
 // sentiment texts: even rows read positive, odd rows negative (fakehf.Label).
@@ -84,7 +86,7 @@ func guardedURL(t *testing.T, url string, c int, cfg resilience.Config) *resilie
 
 // An endpoint that refuses every call with the same 4xx (a model for
 // another task: the recorded 422 "missing field `inputs`") stops the run as
-// a 404 does, after the first three texts and one harmless sample; no row
+// a 404 does, after the first three calls and one harmless sample; no row
 // is recorded final, so a --resume against the corrected endpoint redoes
 // them all.
 func TestEndpointRefusingEveryCallStopsTheRun(t *testing.T) {
@@ -150,6 +152,49 @@ func TestPoisonTextsFirstDoNotStopTheRun(t *testing.T) {
 		}
 		if r := sink.rows[0]; !strings.Contains(r.Error, "The size of tensor a (664)") {
 			t.Fatalf("-c %d: the server's reason is not in the error: %q", c, r.Error)
+		}
+	}
+}
+
+// Batches refused for one poison text each, before any call succeeded:
+// each refused batch is held for the verdict, the third completes the
+// streak, the sample succeeds, and only then are the batches split, so
+// that each poison row ends alone, upstream_request_rejected, and its
+// neighbours succeed; the run goes on.
+func TestPoisonBatchesFirstDoNotStopTheRun(t *testing.T) {
+	const bs = 4
+	f := &fakehf.Fake{Latency: 5 * time.Millisecond, Script: func(_ int64, texts []string, _ *http.Request) fakehf.Reply {
+		if slices.ContainsFunc(texts, func(s string) bool { return strings.HasPrefix(s, "poison") }) {
+			return fakehf.Load("toolkit_400_too_long").Exchanges[0].Reply()
+		}
+		return fakehf.Reply{}
+	}}
+	srv := fakehf.Start(f)
+	defer srv.Close()
+	var texts []string
+	for i := range 40 {
+		if i%bs == 1 && i < 4*bs {
+			texts = append(texts, fmt.Sprint("poison ", i)) // one in each of the first four batches
+		} else {
+			texts = append(texts, fmt.Sprint("a fine text ", i))
+		}
+	}
+	for _, c := range []int{1, 4} {
+		sink := &keepSink{}
+		before := f.Calls()
+		sum, err := Run(context.Background(), &listSource{texts: texts}, sink, guardedURL(t, srv.URL, c, resilience.Config{}),
+			Config{BatchSize: bs, RowDeadline: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("-c %d: %d calls", c, f.Calls()-before)
+		if sum.Stop != StopNone || sum.Counts[outcome.UpstreamRequestRejected] != 4 || sum.Counts[outcome.Success] != 36 {
+			t.Fatalf("-c %d: stop %q (%s), outcomes %v", c, sum.Stop, sum.StopDetail, sum.Counts)
+		}
+		for _, r := range sink.rows {
+			if poison := strings.HasPrefix(texts[r.Seq], "poison"); poison != (r.Outcome == outcome.UpstreamRequestRejected) {
+				t.Fatalf("-c %d: row %d (%q): %s (%s)", c, r.Seq, texts[r.Seq], r.Outcome, r.Error)
+			}
 		}
 	}
 }
@@ -244,5 +289,81 @@ func TestScaledToZeroEndpointServesTheRun(t *testing.T) {
 				t.Fatal("no call was held: X-Scale-Up-Timeout was not sent")
 			}
 		})
+	}
+}
+
+// The same refusal for every call stops the run within 2 × -c calls
+// whatever --batch-size is: a batch the endpoint refuses is one call of
+// evidence, held (no slot) until the verdict, and split only if the
+// endpoint is found to serve. Before, each refused batch of b texts was
+// split down to its single texts (up to 2b-1 calls) before the verdict
+// could come: 32 calls at -c 4 --batch-size 4, 41 at 8, 57 at 16; now 8,
+// RefusedAfter + 1 + c, as at --batch-size 1. Rows sent end
+// upstream_endpoint, the others not_attempted, none final, and the
+// summary counts what was sent.
+func TestEndpointRefusingEveryBatchStopsTheRun(t *testing.T) {
+	const c, n = 4, 200
+	wrongTask := fakehf.Reply{Status: 400, Header: map[string]string{"Content-Type": "application/json"},
+		Body: `{"error":"The model is not supported for task text-classification"}`}
+	for _, r := range []struct {
+		name  string
+		reply fakehf.Reply
+		says  string
+	}{
+		{"400 wrong task", wrongTask, "not supported for task text-classification"},
+		{"405", fakehf.Reply{Status: 405}, "405"},
+		{"410", fakehf.Load("endpoint_410_gone").Exchanges[0].Reply(), "gone"},
+	} {
+		for _, bs := range []int{1, 4, 8, 16} {
+			t.Run(fmt.Sprintf("%s/--batch-size %d", r.name, bs), func(t *testing.T) {
+				f := &fakehf.Fake{Latency: 5 * time.Millisecond, Script: func(int64, []string, *http.Request) fakehf.Reply { return r.reply }}
+				srv := fakehf.Start(f)
+				defer srv.Close()
+				texts, _ := mixedTexts(n)
+				sink := &keepSink{}
+				sum, err := Run(context.Background(), &listSource{texts: texts}, sink, guardedURL(t, srv.URL, c, resilience.Config{}),
+					Config{BatchSize: bs, RowDeadline: time.Minute})
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Logf("%d calls for %d rows; outcomes %v", f.Calls(), n, sum.Counts)
+				if sum.Stop != StopEndpoint || !sum.Stop.ProviderStop() || !strings.Contains(sum.StopDetail, r.says) {
+					t.Fatalf("stop %q: %s", sum.Stop, sum.StopDetail)
+				}
+				if f.Calls() > 2*c {
+					t.Fatalf("%d calls before the run stopped, want at most 2 × -c = %d", f.Calls(), 2*c)
+				}
+				checkStoppedRows(t, sum, sink.rows, n, f.Calls())
+			})
+		}
+	}
+}
+
+// checkStoppedRows checks the rows of a run the endpoint stopped: each row
+// once, upstream_endpoint if it was sent, not_attempted (no attempt, no
+// start) if not, none final; and the summary counts them and the calls.
+func checkStoppedRows(t *testing.T, sum Summary, rows []results.Row, n int, calls int64) {
+	t.Helper()
+	if len(rows) != n || sum.Rows != int64(n) {
+		t.Fatalf("%d rows written, %d in the summary, want %d", len(rows), sum.Rows, n)
+	}
+	var sent, unsent int64
+	for _, row := range rows {
+		switch {
+		case row.Outcome.Final():
+			t.Fatalf("row %d: %s (%s): a fault of the endpoint recorded final", row.Seq, row.Outcome, row.Error)
+		case row.Outcome == outcome.UpstreamEndpoint && row.Attempts > 0 && row.StartedMs >= 0:
+			sent++
+		case row.Outcome == outcome.NotAttempted && row.Attempts == 0 && row.StartedMs == -1:
+			unsent++
+		default:
+			t.Fatalf("row %d: %s after %d attempts, started at %d ms (%s)", row.Seq, row.Outcome, row.Attempts, row.StartedMs, row.Error)
+		}
+	}
+	if sum.Counts[outcome.UpstreamEndpoint] != sent || sum.Counts[outcome.NotAttempted] != unsent || sent+unsent != int64(n) {
+		t.Fatalf("summary counts %v, rows: %d sent, %d never sent", sum.Counts, sent, unsent)
+	}
+	if sum.Provider.Calls != calls {
+		t.Fatalf("summary counts %d calls, the provider got %d", sum.Provider.Calls, calls)
 	}
 }

@@ -650,10 +650,10 @@ func (m *meter) judged(ctx context.Context, r *Row, c provider.Call, err error) 
 // sampler is how the verdict sends its harmless sample text on the row's
 // behalf: a call like any other for the row's attempts and the counters,
 // with the same hints as the call that prompted it, outside the breaker and
-// the limits. Only a refusal of one text can prompt it (nil otherwise: no
-// closure on the way of every call).
+// the limits. Only a refusal (of one text or of a batch) can prompt it
+// (nil otherwise: no closure on the way of every call).
 func (m *meter) sampler(err error, r *Row, c provider.Call) func(context.Context, []string) (provider.Answer, error) {
-	if pe, ok := provider.AsError(err); !ok || pe.Outcome != outcome.UpstreamRequestRejected || len(c.Texts) != 1 {
+	if pe, ok := provider.AsError(err); !ok || pe.Outcome != outcome.UpstreamRequestRejected {
 		return nil
 	}
 	return func(ctx context.Context, texts []string) (provider.Answer, error) {

@@ -11,20 +11,24 @@ import (
 	"github.com/hfsent/hfsent/internal/provider"
 )
 
-// RefusedAfter is how many calls of one text each, the first of a run, must
-// all get the same 4xx (one that is not 401/402/403/404/429) before a
-// harmless sample text is sent to tell whether the endpoint refuses every
-// call or those texts were bad.
+// RefusedAfter is how many calls, the first of a run, must all get the
+// same 4xx (one that is not 401/402/403/404/429) before a harmless sample
+// text is sent to tell whether the endpoint refuses every call or those
+// texts were bad. A batch refused counts as one call, as a single text
+// does: it is held until the verdict rather than split, since splitting a
+// batch of b texts down to its bad one costs up to 2b-2 more calls and the
+// sample costs one.
 const RefusedAfter = 3
 
 // Verdict says whether the endpoint serves at all, judged from the first
 // answers of a run: a success proves it does; RefusedAfter calls that all
 // got the same 4xx, followed by a sample text (provider.SampleText) that
 // gets it too, prove it refuses every call (an old URL, a redirect turned
-// into a GET, a model for another task). Until then the row that got such
-// a 4xx cannot tell whether its text or the endpoint is at fault: a batch
-// run holds its row until the verdict (Done), so that a fault of the
-// endpoint is not recorded as the text's, final for --resume.
+// into a GET, a model for another task). Until then the row (or the batch)
+// that got such a 4xx cannot tell whether its text or the endpoint is at
+// fault: a batch run holds it until the verdict (Done), so that a fault of
+// the endpoint is not recorded as the text's, final for --resume, and a
+// batch is not split into calls the endpoint will refuse too.
 type Verdict struct {
 	mu      sync.Mutex
 	state   verdictState
@@ -126,7 +130,7 @@ func (v *Verdict) Judge(err error) error {
 	}
 	c := pe.Clone()
 	c.Outcome = outcome.UpstreamEndpoint
-	c.Msg = fmt.Sprintf("the endpoint refuses every call: the first %d texts and a harmless sample all got HTTP %d", RefusedAfter, refusal.Status)
+	c.Msg = fmt.Sprintf("the endpoint refuses every call: the run's first %d calls and a harmless sample all got HTTP %d", RefusedAfter, refusal.Status)
 	return c
 }
 
@@ -149,18 +153,18 @@ func (v *Verdict) decide(s verdictState, refusal *provider.Error) {
 	close(v.done)
 }
 
-// observe learns from one answer to a call of texts. When it completes a
-// streak of refusals it sends the sample through probe and returns err as
-// judged.
+// observe learns from one answer to a call of texts (one, or a batch: a
+// batch refused may hold one bad text, but the sample, not the streak, is
+// the proof). When it completes a streak of refusals it sends the sample
+// through probe and returns err as judged.
 func (v *Verdict) observe(ctx context.Context, texts []string, err error, probe func(context.Context, []string) (provider.Answer, error)) error {
 	if err == nil {
 		v.decide(serves, nil)
 		return nil
 	}
 	pe, ok := provider.AsError(err)
-	if !ok || pe.Outcome != outcome.UpstreamRequestRejected || len(texts) != 1 {
-		// Batches, 5xx, 429, timeouts: no evidence either way (a batch
-		// refused is split, and its texts asked alone).
+	if !ok || pe.Outcome != outcome.UpstreamRequestRejected || probe == nil {
+		// 5xx, 429, timeouts: no evidence either way.
 		return v.Judge(err)
 	}
 	v.mu.Lock()
