@@ -1,9 +1,11 @@
 package budget
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"testing"
+	"time"
 )
 
 func TestSafeShare(t *testing.T) {
@@ -194,5 +196,66 @@ func simStep(r *rand.Rand, b *simBudget, nodes *[]*simNode, now int, join func()
 		n.alive = false
 	case e < 90 && len(*nodes) < 12:
 		join()
+	}
+}
+
+// On PostgreSQL: a renewal grants the safe share (the cap over the members,
+// at most the share); a member that stops renewing keeps its whole charge
+// for its lease, timeout and grace, then its safe share alone until its
+// safe window has passed too, when its row goes.
+func TestRenewKeepsALapsedMembersSafeShare(t *testing.T) {
+	s := openStore(t)
+	ctx := context.Background()
+	if _, _, err := s.Set(ctx, "b", 12, nil, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	safeFor := 3 * time.Second
+	renew := func(id string, demand, inFlight, applied, appliedSafe int) Renewal {
+		t.Helper()
+		r := report(id, KindWorker, demand, inFlight, applied)
+		r.AppliedSafe, r.SafeFor = appliedSafe, safeFor
+		g, err := s.Renew(ctx, "b", r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return g
+	}
+	if g := renew("a", 12, 0, 0, 0); g.Share != 12 || g.Safe != 12 {
+		t.Fatalf("a alone: share %d safe %d, want 12 and 12", g.Share, g.Safe)
+	}
+	if g := renew("a", 12, 12, 12, 12); g.Share != 12 || g.Safe != 12 {
+		t.Fatalf("a alone again: share %d safe %d", g.Share, g.Safe)
+	}
+	// b joins: nothing is free; a is told 6 and a safe share of 6, and is
+	// charged its 12 and its safe 12 until it applies them.
+	if g := renew("b", 12, 0, 0, 0); g.Share != 0 || g.Safe != 0 {
+		t.Fatalf("b before a shrank: share %d safe %d, want 0 and 0", g.Share, g.Safe)
+	}
+	if g := renew("a", 12, 12, 12, 12); g.Share != 6 || g.Safe != 6 {
+		t.Fatalf("a with b: share %d safe %d, want 6 and 6", g.Share, g.Safe)
+	}
+	renew("a", 12, 6, 6, 6)
+	if g := renew("b", 12, 0, 0, 0); g.Share != 6 || g.Safe != 6 {
+		t.Fatalf("b once a is within 6: share %d safe %d, want 6 and 6", g.Share, g.Safe)
+	}
+	// a is cut off (it stops renewing) holding 6, safe 6. b asks for more:
+	// it gets nothing of a's until a's safe window has passed.
+	lease := 300 * time.Millisecond
+	time.Sleep(lease + 500*time.Millisecond + ReclaimGrace + 100*time.Millisecond)
+	if g := renew("b", 12, 6, 6, 6); g.Share != 6 {
+		t.Fatalf("b got %d while a may be on its safe share of 6, want 6", g.Share)
+	}
+	st, err := s.Status(ctx, "b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range st.Members {
+		if m.ID == "a" && (!m.OnSafe || m.Safe != 6 || m.Charge != 6 || m.Live) {
+			t.Fatalf("a in status: %+v, want on its safe share of 6, charged 6, not live", m)
+		}
+	}
+	time.Sleep(safeFor + 200*time.Millisecond)
+	if g := renew("b", 12, 6, 6, 6); g.Share != 12 {
+		t.Fatalf("b got %d after a's safe window, timeout and grace, want 12", g.Share)
 	}
 }
