@@ -415,6 +415,11 @@ func (m *Member) loop(failing bool) {
 		case err != nil:
 			m.failures.Add(1)
 			m.g.SetLapse(lapseOf(err))
+			if errors.Is(err, ErrNoBudget) && m.safe.Load() > 0 {
+				// A budget dropped keeps nothing for anyone: no safe share.
+				m.safe.Store(0)
+				m.g.SetSafe(0, time.Now())
+			}
 			if !failing {
 				failing = true
 				m.sayFailing(err)

@@ -566,7 +566,8 @@ func (s *Slots) changedLocked() {
 // SetSafe sets the bound that holds once the outside bound's lease has
 // passed, until until: a fleet budget's safe share, on which a member
 // whose database cannot be reached goes on sending. n <= 0: none (nothing
-// is sent past the lease). It takes effect with the next SetShare.
+// is sent past the lease). A lower one takes effect at once; the waiters
+// are woken onto it at the lease's end from the next SetShare.
 func (s *Slots) SetSafe(n int, until time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
