@@ -76,3 +76,4 @@ stop_fake
 echo "  provider over the run: $(sed -n 's/.*\(max_in_flight=[0-9]*\) \(mean_in_flight=[0-9.]*\).*/\1 \2/p' "$work/fake.log") (cap $cap)"
 # LOGS=DIR keeps the members' logs there.
 if [[ -n ${LOGS:-} ]]; then mkdir -p "$LOGS" && cp "$work"/s?.log "$work"/w?.log "$LOGS"/; fi
+exit 0
