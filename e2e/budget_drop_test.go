@@ -19,7 +19,9 @@ func TestServeSaysWhyItsBudgetLapsed(t *testing.T) {
 	mustRun(t, qenv(db), "budget", "set", "b", "--cap", "4")
 	fake := fakehf.Start(&fakehf.Fake{})
 	defer fake.Close()
-	s := startServe(t, "--endpoint", fake.URL, "--budget", "b", "--db", viaProxy, "--retries", "0", "--admission-wait", "200ms")
+	// A safe share of 1s: with the database cut it answers on it for a
+	// second past its lease, then says why it sends nothing.
+	s := startServe(t, "--endpoint", fake.URL, "--budget", "b", "--db", viaProxy, "--retries", "0", "--admission-wait", "200ms", "--budget-safe-for", "1s")
 	// Every text another: an answer known (dedupe) takes no slot.
 	n := 0
 	ask := func() reply { n++; return s.feedback("a", fmt.Sprintf("fine %d", n)) }

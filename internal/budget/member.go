@@ -22,6 +22,8 @@ import (
 // Guard is what a member bounds and reads: resilience.Guard.
 type Guard interface {
 	SetShare(n int, rps float64, until time.Time)
+	// SetSafe is the bound past the lease of the next SetShare.
+	SetSafe(n int, until time.Time)
 	// SetLapse says why the share could not be renewed.
 	SetLapse(why string)
 	Demand() (inFlight, peak int)
@@ -48,6 +50,13 @@ type MemberConfig struct {
 	// what it spent since to the budget's, and gives the ledger the
 	// fleet's limit (budget set --max-spend) and the others' spend.
 	Ledger *spend.Ledger
+	// SafeFor is how long past its lease a member that cannot renew goes
+	// on sending on its safe share (0: none, it sends nothing once its
+	// lease ends). SafeShare is the safe share of a member that starts
+	// while its database cannot be reached (0: it sends nothing until its
+	// first renewal): the operator's word that so many slots are free.
+	SafeFor   time.Duration
+	SafeShare int
 }
 
 // ServeWindow is how long a server's peak demand is asked for after it was
@@ -81,6 +90,8 @@ type Member struct {
 	leaseEnd               atomic.Int64
 	pausedUntil, openUntil atomic.Int64 // unix nanos, the budget's as last heard
 	renewals, failures     atomic.Int64
+	// safe is the safe share, safeEnd when it ends (as leaseEnd).
+	safe, safeEnd atomic.Int64
 
 	// peaks are a server's last demand peaks, one per renewal (the loop's
 	// own): it asks for the most of them, so that a burst seen in the last
@@ -110,9 +121,12 @@ func Join(ctx context.Context, s *Store, cfg MemberConfig) (*Member, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	if _, err := s.Get(ctx, cfg.Budget); err != nil {
-		return nil, err
+	if cfg.SafeFor < 0 {
+		cfg.SafeFor = 0
 	}
+	if _, err := s.Get(ctx, cfg.Budget); errors.Is(err, ErrNoBudget) {
+		return nil, err
+	} // a database that cannot be reached: Start says what the member does meanwhile
 	var b [4]byte
 	_, _ = rand.Read(b[:])
 	id := fmt.Sprintf("%s:%d:%s", cfg.Host, cfg.PID, hex.EncodeToString(b[:]))
@@ -152,13 +166,22 @@ func (m *Member) tell(n Notice) {
 // Start renews the share (the first renewal before it returns, so that a
 // member that cannot get one says so at once), listens for the other
 // members' notices, and records this one's, until Close.
+//
+// A member that cannot reach its database at start is started all the
+// same: it sends on cfg.SafeShare if one was given, else nothing, until its
+// first renewal (Waiting), and says so. A budget that does not exist is an
+// error.
 func (m *Member) Start(ctx context.Context, g Guard) error {
 	m.g = g
-	if err := m.renew(ctx); err != nil {
+	err := m.renew(ctx)
+	if errors.Is(err, ErrNoBudget) {
 		return err
 	}
+	if err != nil {
+		m.startWithout(err)
+	}
 	m.wg.Add(3)
-	go func() { defer m.wg.Done(); m.loop() }()
+	go func() { defer m.wg.Done(); m.loop(err != nil) }()
 	go func() { defer m.wg.Done(); m.listen() }()
 	go func() { defer m.wg.Done(); m.record() }()
 	return nil
@@ -184,13 +207,47 @@ func (m *Member) Close(leave bool) {
 	}
 }
 
+// startWithout starts the member without a first renewal: on the safe
+// share configured, for cfg.SafeFor, or on nothing.
+func (m *Member) startWithout(err error) {
+	now := time.Now()
+	n := m.cfg.SafeShare
+	if m.cfg.SafeFor <= 0 {
+		n = 0
+	}
+	until := now.Add(m.cfg.SafeFor)
+	m.safe.Store(int64(n))
+	m.safeEnd.Store(int64(until.Sub(m.base)))
+	m.g.SetSafe(n, until)
+	m.g.SetShare(0, -1, now) // the lease has passed: the safe share, if any, holds
+	if n > 0 {
+		m.log.Warn("cannot reach the budget's database at start: sending on --budget-safe-share meanwhile; its share when it renews",
+			"safe_share", n, "for_at_most", m.cfg.SafeFor, "err", summary(err))
+		return
+	}
+	m.g.SetLapse("its database cannot be reached, and it has no safe share: it started without the database (--budget-safe-share N gives it one)")
+	m.log.Warn("cannot reach the budget's database at start, and no --budget-safe-share: no provider call until it renews (waiting)",
+		"err", summary(err))
+}
+
+// Waiting reports whether the member has no share to send on: it started
+// without its database and no safe share, or its lease and its safe share
+// passed without a renewal.
+func (m *Member) Waiting() bool {
+	now := time.Now()
+	return !m.held(now) && !m.onSafe(now)
+}
+
 // Snapshot is what the member holds now.
 type Snapshot struct {
 	Share, Demand, InFlight int
 	RPS                     float64
 	LeaseHeld               bool
-	Paused, Open            time.Duration
-	Renewals, Failures      int64
+	// Safe is the safe share it falls back to; OnSafe that it is on it.
+	Safe               int
+	OnSafe             bool
+	Paused, Open       time.Duration
+	Renewals, Failures int64
 }
 
 func (m *Member) Snapshot() Snapshot {
@@ -199,15 +256,22 @@ func (m *Member) Snapshot() Snapshot {
 		Share: int(m.share.Load()), Demand: int(m.demand.Load()), InFlight: int(m.inFlight.Load()),
 		RPS:       floatFrom(m.rps.Load()),
 		LeaseHeld: m.held(time.Now()),
-		Paused:    time.Duration(max(0, m.pausedUntil.Load()-now)),
-		Open:      time.Duration(max(0, m.openUntil.Load()-now)),
-		Renewals:  m.renewals.Load(), Failures: m.failures.Load(),
+		Safe:      int(m.safe.Load()), OnSafe: m.onSafe(time.Now()),
+		Paused:   time.Duration(max(0, m.pausedUntil.Load()-now)),
+		Open:     time.Duration(max(0, m.openUntil.Load()-now)),
+		Renewals: m.renewals.Load(), Failures: m.failures.Load(),
 	}
 }
 
 // held reports whether the lease applied holds at t (a time.Now, with its
 // monotonic reading).
 func (m *Member) held(t time.Time) bool { return int64(t.Sub(m.base)) < m.leaseEnd.Load() }
+
+// onSafe reports whether the member sends on its safe share at t: its
+// lease passed, its safe share's window not.
+func (m *Member) onSafe(t time.Time) bool {
+	return !m.held(t) && m.safe.Load() > 0 && int64(t.Sub(m.base)) < m.safeEnd.Load()
+}
 
 // validFor is how long a renewal holds on this process's clock, counted
 // from when it asked: a tenth short of the lease the database counts from
@@ -219,15 +283,20 @@ func (m *Member) renew(ctx context.Context) error {
 	asked := time.Now() // the lease is counted from here, on the monotonic clock
 	inFlight, peak := m.g.Demand()
 	applied, appliedRPS := int(m.share.Load()), floatFrom(m.rps.Load())
-	if !m.held(asked) {
-		applied, appliedRPS = 0, 0 // a lapsed lease grants nothing
+	appliedSafe := int(m.safe.Load())
+	switch {
+	case m.held(asked):
+	case m.onSafe(asked):
+		applied = appliedSafe // it sends on its safe share, at its rate
+	default:
+		applied, appliedRPS, appliedSafe = 0, 0, 0 // a lapsed lease grants nothing
 	}
 	demand := m.demandOf(peak, applied)
 	rctx, cancel := context.WithTimeout(ctx, m.cfg.Lease)
 	defer cancel()
 	r, err := m.store.Renew(rctx, m.cfg.Budget, Report{Member: m.id, Host: m.cfg.Host, PID: m.cfg.PID, Kind: m.cfg.Kind,
 		Max: m.cfg.Max, Demand: demand, InFlight: inFlight, Applied: applied, AppliedRPS: appliedRPS,
-		Timeout: m.cfg.Timeout, Lease: m.cfg.Lease})
+		Timeout: m.cfg.Timeout, Lease: m.cfg.Lease, AppliedSafe: appliedSafe, SafeFor: m.cfg.SafeFor})
 	m.demand.Store(int64(demand))
 	m.inFlight.Store(int64(inFlight))
 	if err != nil {
@@ -238,7 +307,11 @@ func (m *Member) renew(ctx context.Context) error {
 	if !r.Rated {
 		rps = -1
 	}
+	safeUntil := until.Add(m.cfg.SafeFor)
+	m.g.SetSafe(r.Safe, safeUntil)
 	m.g.SetShare(r.Share, rps, until)
+	m.safe.Store(int64(r.Safe))
+	m.safeEnd.Store(int64(safeUntil.Sub(m.base)))
 	m.share.Store(int64(r.Share))
 	m.rps.Store(floatBits(r.RPS))
 	m.leaseEnd.Store(int64(until.Sub(m.base)))
@@ -325,13 +398,14 @@ func lapseOf(err error) string {
 	return "its database cannot be reached"
 }
 
-// loop renews every cfg.Every, counted from when the last one was asked.
-func (m *Member) loop() {
+// loop renews every cfg.Every, counted from when the last one was asked;
+// failing says the renewal at Start failed.
+func (m *Member) loop(failing bool) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() { <-m.stop; cancel() }()
-	failing := false
 	lastShare, lastLog := int64(-1), time.Time{}
+	var fb fallback
 	for {
 		next := time.Now().Add(m.cfg.Every)
 		err := m.renew(ctx)
@@ -341,19 +415,21 @@ func (m *Member) loop() {
 		case err != nil:
 			m.failures.Add(1)
 			m.g.SetLapse(lapseOf(err))
+			if errors.Is(err, ErrNoBudget) && m.safe.Load() > 0 {
+				// A budget dropped keeps nothing for anyone: no safe share.
+				m.safe.Store(0)
+				m.g.SetSafe(0, time.Now())
+			}
 			if !failing {
 				failing = true
-				what := "cannot renew the budget's lease (database unreachable?)"
-				if errors.Is(err, ErrNoBudget) {
-					what = "the budget is gone (dropped?)"
-				}
-				m.log.Warn(what+": no new provider call once the lease ends; resuming when it renews",
-					"lease_ends_in", max(0, time.Duration(m.leaseEnd.Load()-int64(time.Since(m.base)))).Round(time.Millisecond), "err", summary(err))
+				m.sayFailing(err)
 			}
+			fb.note(m, time.Now())
 		default:
+			fb = fallback{}
 			if failing {
 				failing = false
-				m.log.Info("budget renewed again: sending", "share", m.share.Load())
+				m.log.Info("budget renewed again: sending", "share", m.share.Load(), "safe_share", m.safe.Load())
 			}
 			if s := m.share.Load(); s != lastShare && time.Since(lastLog) >= time.Second {
 				lastShare, lastLog = s, time.Now()
@@ -367,6 +443,43 @@ func (m *Member) loop() {
 			return
 		case <-time.After(time.Until(next)):
 		}
+	}
+}
+
+// sayFailing says, at the first renewal that failed, what the member does
+// until one goes through.
+func (m *Member) sayFailing(err error) {
+	left := max(0, time.Duration(m.leaseEnd.Load()-int64(time.Since(m.base)))).Round(time.Millisecond)
+	if errors.Is(err, ErrNoBudget) {
+		m.log.Warn("the budget is gone (dropped?): no new provider call once the lease ends; resuming when it renews",
+			"lease_ends_in", left, "err", summary(err))
+		return
+	}
+	if safe := m.safe.Load(); safe > 0 && m.cfg.SafeFor > 0 {
+		m.log.Warn("cannot renew the budget's lease (database unreachable?): on its safe share once the lease ends, its share again when it renews",
+			"lease_ends_in", left, "safe_share", safe, "for_at_most", m.cfg.SafeFor, "err", summary(err))
+		return
+	}
+	m.log.Warn("cannot renew the budget's lease (database unreachable?): no new provider call once the lease ends (no safe share); resuming when it renews",
+		"lease_ends_in", left, "err", summary(err))
+}
+
+// fallback is what a member that cannot renew has said of where it stands
+// (the loop's own): on its safe share, then past its window.
+type fallback struct{ safeSaid, endSaid bool }
+
+func (f *fallback) note(m *Member, now time.Time) {
+	switch {
+	case m.held(now):
+	case m.onSafe(now):
+		if !f.safeSaid {
+			f.safeSaid = true
+			m.log.Warn("the budget's lease ended without a renewal: sending on its safe share",
+				"safe_share", m.safe.Load(), "for_at_most", time.Duration(m.safeEnd.Load()-int64(now.Sub(m.base))).Round(time.Millisecond))
+		}
+	case f.safeSaid && !f.endSaid:
+		f.endSaid = true
+		m.log.Warn("the budget's safe share ended without a renewal (--budget-safe-for): no new provider call until it renews")
 	}
 }
 

@@ -198,6 +198,11 @@ type MemberRow struct {
 	Charge   int     `json:"charge"`
 	RPS      float64 `json:"rps"`
 	Live     bool    `json:"live"`
+	// Safe is its safe share; OnSafe that its lease passed and its safe
+	// window not: it sends on its safe share if it runs (cut off from the
+	// database).
+	Safe   int  `json:"safe_share"`
+	OnSafe bool `json:"on_safe_share"`
 	// RenewedAgo is how long ago it last renewed, by the database's clock.
 	RenewedAgoMs int64 `json:"renewed_ms_ago"`
 	Renewals     int64 `json:"renewals"`
@@ -224,7 +229,7 @@ func (s *Store) Status(ctx context.Context, name string) (Status, error) {
 	var m MemberRow
 	var kind string
 	_, err = pgx.ForEachRow(rows, []any{&m.ID, &m.Host, &m.PID, &kind, &m.Max, &m.Demand, &m.InFlight, &m.Share, &m.Charge,
-		&m.RPS, &m.Live, &m.RenewedAgoMs, &m.Renewals}, func() error {
+		&m.RPS, &m.Live, &m.Safe, &m.OnSafe, &m.RenewedAgoMs, &m.Renewals}, func() error {
 		m.Kind = Kind(kind)
 		st.Members = append(st.Members, m)
 		return nil
@@ -246,14 +251,21 @@ type Report struct {
 	AppliedRPS float64
 	Timeout    time.Duration // its longest attempt: how long its calls may outlast its lease
 	Lease      time.Duration
+	// AppliedSafe is the safe share it would fall back to now (or is on);
+	// SafeFor how long past its lease it may send on it (0: never).
+	AppliedSafe int
+	SafeFor     time.Duration
 }
 
 // Renewal is what a renewal grants.
 type Renewal struct {
-	Share  int
-	RPS    float64 // this member's part of the budget's rate
-	Rated  bool    // the budget has a rate (else RPS is 0 and means none)
-	Cap    int
+	Share int
+	RPS   float64 // this member's part of the budget's rate
+	Rated bool    // the budget has a rate (else RPS is 0 and means none)
+	Cap   int
+	// Safe is its safe share (SafeShare): what it may send on for its
+	// SafeFor past its lease, with no database.
+	Safe   int
 	Paused time.Duration
 	Open   time.Duration
 	OpenBy string
@@ -315,6 +327,11 @@ func (s *Store) Renew(ctx context.Context, budget string, r Report) (Renewal, er
 	ideal := Ideal(out.Cap, floor, claims)
 	out.Share = Grant(out.Cap, me, claims, ideal)
 	charge := Charge(out.Share, r.Applied, r.InFlight)
+	safeCharge := 0
+	if r.SafeFor > 0 {
+		out.Safe = SafeShare(out.Cap, len(claims), out.Share)
+		safeCharge = SafeCharge(out.Safe, r.AppliedSafe)
+	}
 	rpsCharge := 0.0
 	if out.Rated = out.RPS > 0; out.Rated {
 		out.RPS = GrantRate(out.RPS, me, claims, ideal)
@@ -324,7 +341,8 @@ func (s *Store) Renew(ctx context.Context, budget string, r Report) (Renewal, er
 	b = &pgx.Batch{}
 	b.Queue(sqlRenew, pgx.StrictNamedArgs{"budget": budget, "member": r.Member, "host": r.Host, "pid": r.PID, "kind": string(r.Kind),
 		"max_calls": r.Max, "demand": r.Demand, "in_flight": r.InFlight, "share": out.Share, "charge": charge, "rps": out.RPS, "rps_charge": rpsCharge,
-		"timeout_ms": max(1, r.Timeout.Milliseconds()), "lease_ms": r.Lease.Milliseconds()})
+		"timeout_ms": max(1, r.Timeout.Milliseconds()), "lease_ms": r.Lease.Milliseconds(),
+		"safe": safeCharge, "safe_ms": max(0, r.SafeFor.Milliseconds())})
 	b.Queue("commit")
 	if err := conn.SendBatch(ctx, b).Close(); err != nil {
 		return out, err

@@ -123,6 +123,8 @@ type fakeGuard struct {
 	mu                 sync.Mutex
 	share              int
 	rps                float64
+	safe               int
+	safeUntil          time.Time
 	until              time.Time
 	paused, open       time.Time
 	inFlight, demand   int
@@ -140,6 +142,12 @@ func (g *fakeGuard) SetShare(n int, rps float64, until time.Time) {
 }
 
 func (g *fakeGuard) SetLapse(string) {}
+
+func (g *fakeGuard) SetSafe(n int, until time.Time) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.safe, g.safeUntil = n, until
+}
 
 func (g *fakeGuard) Demand() (int, int) {
 	g.mu.Lock()

@@ -27,6 +27,10 @@ const (
 	maxWatchEvery  = time.Hour
 	minBudgetLease = 200 * time.Millisecond
 	maxBudgetLease = time.Minute
+	// The safe share's window: past it a member cut off from its database
+	// sends nothing more, and the budget hands its safe share on.
+	minBudgetSafeFor = time.Second
+	maxBudgetSafeFor = time.Hour
 )
 
 // budgetError maps a budget error to its exit code as queueError does: a
@@ -216,8 +220,10 @@ func newBudgetStatusCmd(ios *IOStreams, g *globalOptions) *cobra.Command {
 		Short: "The budget's cap and rate, each member's share, demand and calls in flight, the pause and the breaker",
 		Long: `status shows the budget's cap and rate and every member: host, pid, kind
 (serve, classify, worker), share, demand, calls in flight, when it last
-renewed. A member whose lease passed is listed (live=false) until its charge
-is handed back. The shares listed sum to at most the cap. --watch redraws
+renewed, its safe share (what it sends on once its lease ends without a
+renewal) and whether it is on it (on_safe: its lease passed, its safe
+share's window not). A member whose lease passed is listed (live=false)
+until its charge is handed back. The shares listed sum to at most the cap. --watch redraws
 every --interval until interrupted, through database faults: while a read
 fails or does not answer (within the interval, at least 1s, at most 5s), it
 redraws the last status read under a line saying since when the database
@@ -318,10 +324,10 @@ func writeBudgetFrame(w io.Writer, s budget.Status, asJSON bool, f *watchFault) 
 	}
 	fmt.Fprintf(w, "pause: %s; breaker: %s\n", pause, breaker)
 	fmt.Fprintf(w, "spend: %s USD since the budget was made (members with prices report theirs); max_spend=%s\n", fmtUSD(b.Spent), spendText(b.MaxSpend))
-	fmt.Fprintf(w, "%-28s %8s %-9s %5s %6s %6s %9s %8s %5s %9s\n", "host", "pid", "kind", "share", "demand", "max", "in_flight", "rps", "live", "renewed")
+	fmt.Fprintf(w, "%-28s %8s %-9s %5s %6s %6s %9s %8s %5s %4s %7s %9s\n", "host", "pid", "kind", "share", "demand", "max", "in_flight", "rps", "live", "safe", "on_safe", "renewed")
 	for _, m := range s.Members {
-		fmt.Fprintf(w, "%-28s %8d %-9s %5d %6d %6d %9d %8s %5t %8dms\n", queue.Printable(m.Host), m.PID, queue.Printable(string(m.Kind)),
-			m.Share, m.Demand, m.Max, m.InFlight, rpsText(m.RPS), m.Live, m.RenewedAgoMs)
+		fmt.Fprintf(w, "%-28s %8d %-9s %5d %6d %6d %9d %8s %5t %4d %7t %8dms\n", queue.Printable(m.Host), m.PID, queue.Printable(string(m.Kind)),
+			m.Share, m.Demand, m.Max, m.InFlight, rpsText(m.RPS), m.Live, m.Safe, m.OnSafe, m.RenewedAgoMs)
 	}
 	return nil
 }
@@ -407,13 +413,17 @@ ends (a second at most); they resume if it is created again.`,
 // budgetOptions are --budget and --budget-lease, which classify, serve
 // and the worker take (with --db, or $HFSENT_DB).
 type budgetOptions struct {
-	name  string
-	lease time.Duration
+	name      string
+	lease     time.Duration
+	safeFor   time.Duration
+	safeShare int
 }
 
 func addBudgetFlags(fs *pflag.FlagSet, o *budgetOptions) {
 	fs.StringVar(&o.name, "budget", "", "join the fleet budget NAME (hfsent budget set): this process's calls in flight and calls per second count against its cap and rate, below -c and --rps; needs --db or $"+dbEnv)
 	fs.DurationVar(&o.lease, "budget-lease", time.Second, "with --budget: how long a share holds without a renewal (renewed every quarter of it); past it no new call is sent ("+rangeHelp(minBudgetLease, maxBudgetLease)+")")
+	fs.DurationVar(&o.safeFor, "budget-safe-for", 30*time.Second, "with --budget: how long past its lease a member that cannot renew (its database away) goes on sending on its safe share, the cap divided by the members and at most its share; the budget keeps that much for it as long, plus --timeout (0: no safe share, nothing is sent once the lease ends; "+rangeHelp(minBudgetSafeFor, maxBudgetSafeFor)+")")
+	fs.IntVar(&o.safeShare, "budget-safe-share", 0, "with --budget: the calls in flight this process may send while it starts with its database away, until its first renewal (0: none, it sends nothing until then); the slots must be free: no other member may hold them (at most the cap)")
 }
 
 func (o *budgetOptions) validate() error {
@@ -423,7 +433,19 @@ func (o *budgetOptions) validate() error {
 	if err := budget.CheckName(o.name); err != nil {
 		return usageError(fmt.Errorf("--budget: %w", err))
 	}
-	return inRange("--budget-lease", o.lease, minBudgetLease, maxBudgetLease, "")
+	if err := inRange("--budget-lease", o.lease, minBudgetLease, maxBudgetLease, ""); err != nil {
+		return err
+	}
+	if err := inRange("--budget-safe-for", o.safeFor, minBudgetSafeFor, maxBudgetSafeFor, "no safe share"); err != nil {
+		return err
+	}
+	if err := inRange("--budget-safe-share", o.safeShare, 0, maxBudgetCap, ""); err != nil {
+		return err
+	}
+	if o.safeShare > 0 && o.safeFor == 0 {
+		return usageErrorf("--budget-safe-share needs a --budget-safe-for: with --budget-safe-for 0 there is no safe share")
+	}
+	return nil
 }
 
 // joinBudget makes the process a member of --budget, if given, as kind:
@@ -441,7 +463,7 @@ func (o *providerOptions) joinBudget(ctx context.Context, ios *IOStreams, log *s
 	}
 	own := db == nil
 	if own {
-		if db, err = dbo.open(ctx, ios, false, true); err != nil {
+		if db, err = openBudgetDB(ctx, ios, log, dbo); err != nil {
 			return noop, err
 		}
 	}
@@ -449,6 +471,7 @@ func (o *providerOptions) joinBudget(ctx context.Context, ios *IOStreams, log *s
 	m, err := budget.Join(ctx, budget.NewStore(db.Pool), budget.MemberConfig{
 		Budget: o.budget.name, Kind: kind, Max: o.concurrency, Timeout: o.timeout,
 		Lease: o.budget.lease, Host: host, PID: os.Getpid(), Logger: log, Ledger: o.ledger,
+		SafeFor: o.budget.safeFor, SafeShare: o.budget.safeShare,
 	})
 	if err != nil {
 		if own {
@@ -465,11 +488,23 @@ func (o *providerOptions) joinBudget(ctx context.Context, ios *IOStreams, log *s
 	}, nil
 }
 
+// openBudgetDB opens the database of a member's budget: one that cannot be
+// reached is opened all the same (the member starts on its safe share, or
+// waits: budget.Member.Start), its schema checked by the renewals.
+func openBudgetDB(ctx context.Context, ios *IOStreams, log *slog.Logger, dbo *dbOptions) (*queue.DB, error) {
+	db, err := dbo.open(ctx, ios, false, true)
+	if err == nil || !errors.Is(err, queue.ErrConnect) {
+		return db, err
+	}
+	log.Warn("the budget's database cannot be reached at start", "err", queue.Summarise(err))
+	return queue.OpenLazy(ctx, dbo.url)
+}
+
 // fleetShare is the member's state for serve's /metrics.
 func fleetShare(m *budget.Member) func() serve.FleetShare {
 	return func() serve.FleetShare {
 		s := m.Snapshot()
 		return serve.FleetShare{Share: s.Share, Demand: s.Demand, InFlight: s.InFlight, RPS: s.RPS, LeaseHeld: s.LeaseHeld,
-			Paused: s.Paused, Open: s.Open, Renewals: s.Renewals, Failures: s.Failures}
+			Paused: s.Paused, Open: s.Open, Renewals: s.Renewals, Failures: s.Failures, Safe: s.Safe, OnSafe: s.OnSafe}
 	}
 }

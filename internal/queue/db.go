@@ -58,7 +58,14 @@ var (
 // out of dsn (host, port, database, user: see describe), never by dsn
 // itself, which may hold a password in more ways than a redaction can
 // foresee (spaces around "=", quotes, backslash escapes, sslpassword).
-func Open(ctx context.Context, dsn string) (*DB, error) {
+func Open(ctx context.Context, dsn string) (*DB, error) { return open(ctx, dsn, false) }
+
+// OpenLazy is Open without the first connection: for a fleet budget's
+// member that starts while its database cannot be reached (it connects
+// when the database answers). A bad URL is still an error.
+func OpenLazy(ctx context.Context, dsn string) (*DB, error) { return open(ctx, dsn, true) }
+
+func open(ctx context.Context, dsn string, lazy bool) (*DB, error) {
 	cfg, shown, err := parseDSN(dsn)
 	if err != nil {
 		return nil, err
@@ -80,6 +87,9 @@ func Open(ctx context.Context, dsn string) (*DB, error) {
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("%w %s: %s", ErrURL, shown, summarise(err))
+	}
+	if lazy {
+		return &DB{Pool: pool, url: shown}, nil
 	}
 	pctx, cancel := context.WithTimeout(ctx, cfg.ConnConfig.ConnectTimeout+time.Second)
 	defer cancel()

@@ -386,6 +386,23 @@ func (g *Guard) SetShare(n int, rps float64, until time.Time) {
 	g.limiter.setLimit(lim)
 }
 
+// SetSafe is a fleet budget's safe share for this process: once the lease
+// of the last SetShare passes without another, at most n calls in flight
+// until until (n <= 0: none), with the rate of that SetShare. It takes
+// effect with the next SetShare.
+func (g *Guard) SetSafe(n int, until time.Time) { g.slots.SetSafe(n, until) }
+
+// OnSafe reports whether this process sends on its fleet budget's safe
+// share now (its lease passed without a renewal).
+func (g *Guard) OnSafe() bool { return g.slots.OnSafe() }
+
+// ShareHeld reports whether a fleet budget lets this process send now: no
+// budget, or its lease or its safe share holds.
+func (g *Guard) ShareHeld() bool {
+	_, held := g.slots.Share()
+	return held
+}
+
 // SetLapse is a fleet budget's word for why this process's share could
 // not be renewed: the rows turned away once it lapses say it.
 func (g *Guard) SetLapse(why string) { g.slots.SetLapse(why) }

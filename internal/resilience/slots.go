@@ -54,6 +54,14 @@ type Slots struct {
 	// lapse is why the lease could not be renewed, as its holder said
 	// last (SetLapse); "" until it said.
 	lapse string
+	// safe is the bound once the lease passed, until safeEnd (same clock
+	// as leaseEnd): the budget's safe share (SetSafe), 0 for none. A call
+	// is sent on it only while every slot held, its own included, is
+	// within it (waitLease): a slot granted under the share, above it,
+	// waits. safeTimer wakes the waiters when the lease passes onto it.
+	safe      int
+	safeEnd   atomic.Int64
+	safeTimer *time.Timer
 }
 
 type slotWaiter struct {
@@ -137,7 +145,7 @@ func (s *Slots) grantable(ignorePause bool) bool {
 	if s.inUse >= s.limit() {
 		return false
 	}
-	if s.share >= 0 && (s.inUse >= s.share || !s.leaseHeld()) {
+	if n, ok, _ := s.bound(); s.share >= 0 && (!ok || s.inUse >= n) {
 		return false
 	}
 	if !ignorePause && s.pausedUntil != 0 && time.Now().UnixNano() < s.pausedUntil {
@@ -276,6 +284,10 @@ func (p *Permit) giveBack(sent bool, err error) {
 		s.c.limit.Store(int64(s.limit()))
 	case s.adaptive && p.probe:
 		s.aimd.probing = false // the test of the edge was never sent
+	}
+	if _, _, onSafe := s.bound(); onSafe {
+		s.changedLocked() // a call waiting to be within the safe share may go
+		return
 	}
 	s.wakeLocked()
 }
@@ -526,15 +538,74 @@ func (s *Slots) SetShare(n int, until time.Time) {
 	defer s.mu.Unlock()
 	s.share = max(n, -1)
 	s.leaseEnd.Store(int64(until.Sub(s.base)))
+	s.changedLocked()
+	if s.safeTimer != nil {
+		s.safeTimer.Stop()
+		s.safeTimer = nil
+	}
+	if s.safe > 0 && s.share >= 0 {
+		// At the lease's end the safe share takes over: the rows waiting
+		// for a slot are granted on it then, not at the next renewal.
+		s.safeTimer = time.AfterFunc(time.Until(until), func() {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			s.changedLocked()
+		})
+	}
+}
+
+// changedLocked wakes what waits on the outside bound: the rows waiting
+// for a slot, and the calls waiting for the lease (waitLease). Requires
+// s.mu.
+func (s *Slots) changedLocked() {
 	close(s.renewed)
 	s.renewed = make(chan struct{})
 	s.wakeLocked()
 }
 
+// SetSafe sets the bound that holds once the outside bound's lease has
+// passed, until until: a fleet budget's safe share, on which a member
+// whose database cannot be reached goes on sending. n <= 0: none (nothing
+// is sent past the lease). A lower one takes effect at once; the waiters
+// are woken onto it at the lease's end from the next SetShare.
+func (s *Slots) SetSafe(n int, until time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.safe = max(n, 0)
+	s.safeEnd.Store(int64(until.Sub(s.base)))
+}
+
+// bound is the outside bound now: the share while its lease holds, then
+// the safe share while it holds (onSafe), else none (ok false). Requires
+// s.mu (or s.share < 0: no outside bound, ok).
+func (s *Slots) bound() (n int, ok, onSafe bool) {
+	if s.share < 0 {
+		return -1, true, false
+	}
+	now := int64(time.Since(s.base))
+	if now < s.leaseEnd.Load() {
+		return s.share, true, false
+	}
+	if s.safe > 0 && now < s.safeEnd.Load() {
+		return s.safe, true, true
+	}
+	return 0, false, false
+}
+
+// OnSafe reports whether the outside bound is the safe share now: its
+// lease passed, its safe share's has not.
+func (s *Slots) OnSafe() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, _, on := s.bound()
+	return on
+}
+
 // leaseHeld reports whether the outside bound's lease still holds, on this
 // process's monotonic clock (true when there is no outside bound).
 func (s *Slots) leaseHeld() bool {
-	return s.share < 0 || int64(time.Since(s.base)) < s.leaseEnd.Load()
+	_, ok, _ := s.bound()
+	return ok
 }
 
 // SetLapse records why the outside bound's lease could not be renewed
@@ -573,7 +644,9 @@ func (s *Slots) waitLease(ctx context.Context, stop <-chan struct{}) error {
 	}
 	for {
 		s.mu.Lock()
-		if s.leaseHeld() {
+		// On the safe share, a slot granted above it under the share waits
+		// until the calls in flight are within it.
+		if n, ok, onSafe := s.bound(); ok && (!onSafe || s.inUse <= n) {
 			s.mu.Unlock()
 			return nil
 		}

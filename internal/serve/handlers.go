@@ -214,6 +214,10 @@ func (s *Server) healthz(x *exchange) {
 	x.json(http.StatusOK, map[string]string{"status": "ok"})
 }
 
+// ReasonNoBudgetShare is /readyz's reason while a budget member has
+// nothing to send on.
+const ReasonNoBudgetShare = "no_budget_share"
+
 // readyz is 503 while draining, and while the breaker is open with no
 // fallback to answer meanwhile: a load balancer sends traffic elsewhere.
 func (s *Server) readyz(x *exchange) {
@@ -224,8 +228,11 @@ func (s *Server) readyz(x *exchange) {
 	}
 	x.w.Header().Set("Retry-After", strconv.Itoa(retrySeconds(retry)))
 	msg := "the server is stopping"
-	if reason == string(outcome.CircuitOpen) {
+	switch reason {
+	case string(outcome.CircuitOpen):
 		msg = "the provider is failing (circuit breaker open) and there is no --fallback-model"
+	case ReasonNoBudgetShare:
+		msg = "no share of the fleet budget (--budget) to send on: its database cannot be reached and it has no safe share (--budget-safe-share, --budget-safe-for)"
 	}
 	x.fail(http.StatusServiceUnavailable, reason, msg, "")
 }

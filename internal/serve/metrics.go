@@ -149,6 +149,10 @@ type FleetShare struct {
 	LeaseHeld               bool
 	Paused, Open            time.Duration
 	Renewals, Failures      int64
+	// Safe is the safe share it falls back to when it cannot renew; OnSafe
+	// that it sends on it now.
+	Safe   int
+	OnSafe bool
 }
 
 // WatchBudget registers the gauges of the process's budget share; now is
@@ -161,8 +165,15 @@ func (m *Metrics) WatchBudget(now func() FleetShare) {
 		gauge("hfsent_budget_share", "Calls in flight this member may hold of the fleet budget's cap (--budget), now.", func(f FleetShare) float64 { return float64(f.Share) }),
 		gauge("hfsent_budget_demand", "This member's demand reported at its last renewal: the peak of calls in flight plus requests waiting.", func(f FleetShare) float64 { return float64(f.Demand) }),
 		gauge("hfsent_budget_rps", "Calls per second this member may send of the budget's rate (0: the budget sets none).", func(f FleetShare) float64 { return f.RPS }),
-		gauge("hfsent_budget_lease_held", "1 while this member's lease on its share holds, else 0 (no new call is sent).", func(f FleetShare) float64 {
+		gauge("hfsent_budget_lease_held", "1 while this member's lease on its share holds, else 0 (it sends on its safe share, or nothing).", func(f FleetShare) float64 {
 			if f.LeaseHeld {
+				return 1
+			}
+			return 0
+		}),
+		gauge("hfsent_budget_safe_share", "Calls in flight this member may hold once its lease ends without a renewal (its database away), for --budget-safe-for.", func(f FleetShare) float64 { return float64(f.Safe) }),
+		gauge("hfsent_budget_on_safe_share", "1 while this member sends on its safe share (its lease ended without a renewal), else 0.", func(f FleetShare) float64 {
+			if f.OnSafe {
 				return 1
 			}
 			return 0

@@ -247,6 +247,12 @@ func (s *Server) Ready() (ready bool, reason string, retry time.Duration) {
 			return false, string(outcome.CircuitOpen), rem
 		}
 	}
+	if !s.guard.ShareHeld() {
+		// A member of a fleet budget with no share to send on: its lease
+		// and its safe share passed, or it started without its database
+		// and no --budget-safe-share.
+		return false, ReasonNoBudgetShare, time.Second
+	}
 	return true, "", 0
 }
 

@@ -1,7 +1,19 @@
 -- Members whose lease passed long enough ago that every call they started
 -- under it has ended (the lease, then their attempt timeout, then a
--- grace): their charge is handed back. now() is the transaction's start,
--- at or before the lock was taken: a reclaim is never early.
-delete from hfsent.budget_member
+-- grace): their charge is handed back, all but their safe share, which
+-- they may go on using with no database for safe_ms past their lease; once
+-- that and their timeout and the grace have passed too, their row goes.
+-- now() is the transaction's start, at or before the lock was taken: a
+-- reclaim is never early.
+with gone as (
+    delete from hfsent.budget_member
+    where budget = @budget
+      and lease_until + make_interval(secs => (safe_ms + timeout_ms + @grace_ms) / 1000.0) < now()
+)
+update hfsent.budget_member
+set charge = least(charge, safe)
 where budget = @budget
+  and charge > safe
   and lease_until + make_interval(secs => (timeout_ms + @grace_ms) / 1000.0) < now()
+  -- not a row the delete above takes (one statement changes a row once)
+  and lease_until + make_interval(secs => (safe_ms + timeout_ms + @grace_ms) / 1000.0) >= now()

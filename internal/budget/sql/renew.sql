@@ -3,8 +3,8 @@
 -- after the member asked: the lease it counts from its own asking ends
 -- first).
 insert into hfsent.budget_member as m
-    (budget, id, host, pid, kind, max_calls, demand, in_flight, share, charge, rps, rps_charge, timeout_ms, lease_until, renewed_at, renewals)
-values (@budget, @member, @host, @pid, @kind, @max_calls, @demand, @in_flight, @share, @charge, @rps, @rps_charge, @timeout_ms,
+    (budget, id, host, pid, kind, max_calls, demand, in_flight, share, charge, rps, rps_charge, timeout_ms, safe, safe_ms, lease_until, renewed_at, renewals)
+values (@budget, @member, @host, @pid, @kind, @max_calls, @demand, @in_flight, @share, @charge, @rps, @rps_charge, @timeout_ms, @safe, @safe_ms,
         now() + make_interval(secs => @lease_ms / 1000.0), now(), 1)
 on conflict (budget, id) do update
 set max_calls   = excluded.max_calls,
@@ -15,6 +15,8 @@ set max_calls   = excluded.max_calls,
     rps         = excluded.rps,
     rps_charge  = excluded.rps_charge,
     timeout_ms  = excluded.timeout_ms,
+    safe        = excluded.safe,
+    safe_ms     = excluded.safe_ms,
     lease_until = excluded.lease_until,
     renewed_at  = excluded.renewed_at,
     renewals    = m.renewals + 1
