@@ -250,7 +250,10 @@ type Report struct {
 
 // Renewal is what a renewal grants.
 type Renewal struct {
-	Share  int
+	Share int
+	// Lent is the part of Share that is the servers' headroom lent to a
+	// batch member: it applies it only until it asks for its next renewal.
+	Lent   int
 	RPS    float64 // this member's part of the budget's rate
 	Rated  bool    // the budget has a rate (else RPS is 0 and means none)
 	Cap    int
@@ -312,8 +315,9 @@ func (s *Store) Renew(ctx context.Context, budget string, r Report) (Renewal, er
 	}
 	me := len(claims)
 	claims = append(claims, Claim{ID: r.Member, Kind: r.Kind, Max: r.Max, Demand: r.Demand, Live: true})
-	ideal := Ideal(out.Cap, floor, claims)
+	ideal, lent := Divide(out.Cap, floor, claims)
 	out.Share = Grant(out.Cap, me, claims, ideal)
+	out.Lent = LentOf(out.Share, ideal[me], lent[me])
 	charge := Charge(out.Share, r.Applied, r.InFlight)
 	rpsCharge := 0.0
 	if out.Rated = out.RPS > 0; out.Rated {
