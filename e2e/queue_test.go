@@ -41,8 +41,15 @@ type worker struct {
 
 func startWorker(t *testing.T, db string, args ...string) *worker {
 	t.Helper()
+	return startWorkerBin(t, bin, db, args...)
+}
+
+// startWorkerBin is startWorker with another build of hfsent (plainBin).
+func startWorkerBin(t *testing.T, path, db string, args ...string) *worker {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	cmd, stderr := hfsent(t, ctx, append([]string{"worker", "--no-progress"}, args...)...)
+	cmd.Path = path
 	cmd.Env = append(cmd.Env, qenv(db)...)
 	w := &worker{cmd: cmd, stderr: stderr, done: make(chan struct{})}
 	if err := cmd.Start(); err != nil {
