@@ -57,7 +57,7 @@ start_serve() { # start_serve LOG [flags]
   $H serve --addr 127.0.0.1:0 --endpoint "http://$(fake_addr)" -c 12 --retries 0 --no-dedupe --budget b --db "$db" "$@" 2>"$log" &
   pids+=($!)
   last_pid=$!
-  for _ in $(seq 100); do grep -q 'msg=listening' "$log" 2>/dev/null && break; sleep 0.05; done
+  for _ in $(seq 400); do grep -q 'msg=listening' "$log" 2>/dev/null && break; sleep 0.05; done
   last_addr=$(sed -n 's/.*msg=listening addr=\([^ ]*\).*/\1/p' "$log")
 }
 stop_all() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done; pids=(); }
@@ -87,7 +87,7 @@ fi
 if phase 2; then
 echo "== 2. interactive p99: serve at ${rate}/s alone, then with 2 workers competing (--cap $cap)"
 start_fake -latency "${latency_ms}ms"
-start_serve "$work/s.log"
+start_serve "$work/s.log" --no-cache # loadgen repeats its texts from one run to the next
 spid=$last_pid; saddr=$last_addr
 "$work/loadgen" -url "http://$saddr" -rate "$rate" -duration "${secs}s" -name "serve alone" | sed 's/^/  /' | tee "$work/alone.txt"
 $H queue push "$work/in.csv" --batch nightly --global-cap 1000 --no-progress 2>/dev/null
@@ -172,7 +172,7 @@ contended() {
   $H budget drop b --yes 2>/dev/null || true
   $H budget set b --cap "$cap" 2>/dev/null
   start_fake -latency "${c_latency_ms}ms"
-  for i in 1 2 3; do start_serve "$work/c-s$i.log"; saddrs+=("$last_addr"); done
+  for i in 1 2 3; do start_serve "$work/c-s$i.log" --no-cache; saddrs+=("$last_addr"); done
   # load NAME WARMUP: 2 closed-loop clients on each server for SECS, at once.
   load() {
     local j lg=()
