@@ -54,6 +54,7 @@ start_worker() { # start_worker BATCH LOG
 }
 start_serve() { # start_serve LOG [flags]
   local log=$1; shift
+  : >"$log" # emptied here: the child's own redirect may come after the wait below reads it
   $H serve --addr 127.0.0.1:0 --endpoint "http://$(fake_addr)" -c 12 --retries 0 --no-dedupe --budget b --db "$db" "$@" 2>"$log" &
   pids+=($!)
   last_pid=$!
@@ -172,7 +173,11 @@ contended() {
   $H budget drop b --yes 2>/dev/null || true
   $H budget set b --cap "$cap" 2>/dev/null
   start_fake -latency "${c_latency_ms}ms"
-  for i in 1 2 3; do start_serve "$work/c-s$i.log" --no-cache; saddrs+=("$last_addr"); done
+  for i in 1 2 3; do
+    start_serve "$work/c-s$i.log" --no-cache
+    [[ -n $last_addr ]] || { echo "  serve did not start:"; cat "$work/c-s$i.log"; return 1; }
+    saddrs+=("$last_addr")
+  done
   # load NAME WARMUP: 2 closed-loop clients on each server for SECS, at once.
   load() {
     local j lg=()
