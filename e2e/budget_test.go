@@ -295,7 +295,7 @@ func TestBudgetCapsTheFleet(t *testing.T) {
 // 1.2x of theirs without the batch), and the workers take the rest, the
 // servers' unused headroom included: at least 0.85 x the cap in flight on
 // average (issue 25; before the headroom was lent, 9 of 12 at best, 7.8 on
-// a loaded machine). Alone and with the batch alternate, three rounds of
+// a loaded machine). Alone and with the batch alternate, five rounds of
 // each, so that what else the machine runs weighs on both alike; the
 // figures are the median round's.
 func TestBudgetInteractiveFirst(t *testing.T) {
@@ -307,10 +307,12 @@ func TestBudgetInteractiveFirst(t *testing.T) {
 	// -race one), whose slower calls on a loaded machine would measure the
 	// race detector.
 	plain := plainBin(t)
-	m, srv := newMeter(&fakehf.Fake{Latency: 50 * time.Millisecond, NoRecord: true})
+	// A 100 ms provider (bench/budget.sh run 5 has the issue's 50 ms): at
+	// half the calls a second for the same calls in flight, the CPU the
+	// fleet takes from a 2-core machine weighs half as much on the
+	// servers' latency, which is what the test compares.
+	m, srv := newMeter(&fakehf.Fake{Latency: 100 * time.Millisecond, NoRecord: true})
 	t.Cleanup(srv.Close)
-	sm := sample(m)
-	defer sm.close()
 	common := []string{"--endpoint", srv.URL, "-c", "12", "--timeout", "2s", "--no-cache", "--budget", "b"}
 	var loads []*load
 	for range 3 {
@@ -323,30 +325,31 @@ func TestBudgetInteractiveFirst(t *testing.T) {
 		}
 	}()
 	// phase is one measure: every server's answers (only 200s), and the
-	// provider's mean and most calls in flight.
-	phase := func(name string, d time.Duration) (lat []time.Duration, mean float64, most int) {
+	// provider's mean calls in flight (from its own count, integrated over
+	// time: no sampler to take the machine's time).
+	phase := func(name string, d time.Duration) (lat []time.Duration, mean float64) {
 		for _, l := range loads {
 			l.reset()
 		}
-		from := time.Now()
+		a0, t0 := m.inFlightArea()
 		time.Sleep(d)
-		mean, most = sm.window(from, time.Now())
+		a1, t1 := m.inFlightArea()
+		mean = float64(a1-a0) / float64(t1.Sub(t0))
 		lat = answers(t, name, loads)
-		t.Logf("%s: provider in flight mean %.2f, most %d (cap 12); servers' p99 %s", name, mean, most, p99Of(lat))
-		return lat, mean, most
+		t.Logf("%s: provider in flight mean %.2f (cap 12); servers' p99 %s", name, mean, p99Of(lat))
+		return lat, mean
 	}
 	args := append([]string{"--batch", "nightly", "--lease", "2s"}, common...)
-	const rounds = 3
+	const rounds = 5
 	var ratios, means []float64
-	most := 0
 	time.Sleep(1500 * time.Millisecond) // the servers' shares settle
 	for round := range rounds {
-		alone, _, _ := phase(fmt.Sprintf("round %d, servers alone", round+1), 3*time.Second)
+		alone, _ := phase(fmt.Sprintf("round %d, servers alone", round+1), 3*time.Second)
 		// The batch: two workers that would take the whole cap.
 		ws := []*worker{startWorkerBin(t, plain, db, args...), startWorkerBin(t, plain, db, args...)}
-		time.Sleep(2 * time.Second) // the shares settle
-		with, mean, m := phase(fmt.Sprintf("round %d, servers and the batch", round+1), 4*time.Second)
-		means, most = append(means, mean), max(most, m)
+		time.Sleep(1500 * time.Millisecond) // the shares settle
+		with, mean := phase(fmt.Sprintf("round %d, servers and the batch", round+1), 4*time.Second)
+		means = append(means, mean)
 		ratios = append(ratios, float64(p99Of(with))/float64(p99Of(alone)))
 		for _, w := range ws {
 			_ = w.cmd.Process.Signal(syscall.SIGTERM) // it drains and leaves the budget
@@ -356,10 +359,15 @@ func TestBudgetInteractiveFirst(t *testing.T) {
 		}
 		time.Sleep(time.Second) // the servers take their headroom back
 	}
-	// The median round: a stall of the machine in one phase (a p99 is a
-	// few answers; a renewal held up past its lease stops a member) does
-	// not decide.
+	// The median round: a stall of the machine in a phase or two (a p99 is
+	// a few answers; a renewal held up past its lease stops a member) does
+	// not decide. A request that waits for a slot longer than serve's
+	// --admission-wait (35 ms) is answered 503, which fails the test
+	// anyway: a p99 past that is the machine's, not the budget's.
 	mean, ratio := median(means), median(ratios)
+	m.mu.Lock()
+	most := m.max
+	m.mu.Unlock()
 	t.Logf("with the batch, by round: provider in flight mean %.2f, median %.2f (%.2f x cap), most %d; servers' p99 with the batch / alone %.2f, median %.2fx",
 		means, mean, mean/12, most, ratios, ratio)
 	if most > 12 {

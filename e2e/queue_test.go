@@ -230,6 +230,29 @@ type meter struct {
 	per, maxPer   map[string]int
 	starts        []time.Time
 	clientOfTexts func(texts []string) string
+	// area is the integral of total over time until changed (calls in
+	// flight x seconds): the mean in flight between two readings, exactly
+	// and without sampling (inFlightArea).
+	area    time.Duration
+	changed time.Time
+}
+
+// inFlightArea is the integral of calls in flight over time until now:
+// (a2 - a1) / (t2 - t1) is the mean in flight between two readings.
+func (m *meter) inFlightArea() (area time.Duration, at time.Time) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	at = time.Now()
+	return m.areaLocked(at), at
+}
+
+// areaLocked brings area up to now. Requires m.mu.
+func (m *meter) areaLocked(now time.Time) time.Duration {
+	if !m.changed.IsZero() {
+		m.area += time.Duration(m.total) * now.Sub(m.changed)
+	}
+	m.changed = now
+	return m.area
 }
 
 func newMeter(f *fakehf.Fake) (*meter, *httptest.Server) {
@@ -250,6 +273,7 @@ func (m *meter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		client = strings.TrimPrefix(f[0], "c=")
 	}
 	m.mu.Lock()
+	m.areaLocked(time.Now())
 	m.total++
 	m.per[client]++
 	m.max = max(m.max, m.total)
@@ -258,6 +282,7 @@ func (m *meter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	m.mu.Unlock()
 	defer func() {
 		m.mu.Lock()
+		m.areaLocked(time.Now())
 		m.total--
 		m.per[client]--
 		m.mu.Unlock()
