@@ -17,11 +17,23 @@
 #   4. the database's cost: MEMBERS (default 8) idle serve members for SECS:
 #      renewals per second and PostgreSQL CPU per member (against the same
 #      time with none).
+#   5. contended (issue 25): three serve members, each with 2 clients in a
+#      closed loop (bench/loadgen -clients 2), against a provider at
+#      CONTENDED_LATENCY_MS (default 50), alone, then with two workers that
+#      would take the whole cap: the provider's mean calls in flight/cap
+#      with the batch (goal: at least 0.85) and the servers' p99 with the
+#      batch against alone (goal: at most 1.2x). With BASE_BIN set (say
+#      /tmp/hfsent-base), that build runs it first, then this one: before
+#      and after, one after the other.
 # The batches are pushed with --global-cap 1000, so that the budget, not
 # the batch, is what bounds the workers.
-#   bench/budget.sh            (ONLY="2 3" runs those parts alone)
+#   bench/budget.sh            (ONLY="2 3" runs those parts alone; BIN=path
+#                               runs another build, as HFSENT_BIN does)
+#   ONLY=5 BASE_BIN=/tmp/hfsent-base bench/budget.sh
 set -euo pipefail
 cap=${CAP:-12}; latency_ms=${LATENCY_MS:-20}; secs=${SECS:-10}; rate=${RATE:-200}; members=${MEMBERS:-8}
+c_latency_ms=${CONTENDED_LATENCY_MS:-50}
+HFSENT_BIN=${HFSENT_BIN:-${BIN:-}}
 source "$(dirname "$0")/lib.sh"
 go build -o "$work/loadgen" ./bench/loadgen
 pids=()
@@ -43,10 +55,11 @@ start_worker() { # start_worker BATCH LOG [flags]
 }
 start_serve() { # start_serve LOG [flags]
   local log=$1; shift
+  : >"$log" # emptied here: the child's own redirect may come after the wait below reads it
   $H serve --addr 127.0.0.1:0 --endpoint "http://$(fake_addr)" -c 12 --retries 0 --no-dedupe --budget b --db "$db" "$@" 2>"$log" &
   pids+=($!)
   last_pid=$!
-  for _ in $(seq 100); do grep -q 'msg=listening' "$log" 2>/dev/null && break; sleep 0.05; done
+  for _ in $(seq 400); do grep -q 'msg=listening' "$log" 2>/dev/null && break; sleep 0.05; done
   last_addr=$(sed -n 's/.*msg=listening addr=\([^ ]*\).*/\1/p' "$log")
 }
 stop_all() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done; pids=(); }
@@ -76,7 +89,7 @@ fi
 if phase 2; then
 echo "== 2. interactive p99: serve at ${rate}/s alone, then with 2 workers competing (--cap $cap)"
 start_fake -latency "${latency_ms}ms"
-start_serve "$work/s.log"
+start_serve "$work/s.log" --no-cache # loadgen repeats its texts from one run to the next
 spid=$last_pid; saddr=$last_addr
 "$work/loadgen" -url "http://$saddr" -rate "$rate" -duration "${secs}s" -name "serve alone" | sed 's/^/  /' | tee "$work/alone.txt"
 $H queue push "$work/in.csv" --batch nightly --global-cap 1000 --no-progress 2>/dev/null
@@ -158,4 +171,53 @@ if [[ -n $c0 ]]; then
 else
   printf '  renewals: %.1f/s in all (PostgreSQL is not on this machine: no CPU figure)\n' "$(echo "($r1 - $r0) / $dt" | bc -l)"
 fi
+fi
+
+# contended BIN LABEL: phase 5 with that build of hfsent.
+contended() {
+  local H=$1 label=$2 saddrs=() i
+  $H budget drop b --yes 2>/dev/null || true
+  $H budget set b --cap "$cap" 2>/dev/null
+  start_fake -latency "${c_latency_ms}ms"
+  for i in 1 2 3; do
+    start_serve "$work/c-s$i.log" --no-cache
+    [[ -n $last_addr ]] || { echo "  serve did not start:"; cat "$work/c-s$i.log"; return 1; }
+    saddrs+=("$last_addr")
+  done
+  # load NAME WARMUP: 2 closed-loop clients on each server for SECS, at once.
+  load() {
+    local j lg=()
+    for j in 0 1 2; do
+      "$work/loadgen" -url "http://${saddrs[$j]}" -clients 2 -warmup "$2" -duration "${secs}s" -name "$1 $j" >"$work/c-$1-$j.txt" &
+      lg+=($!)
+    done
+    wait "${lg[@]}"
+  }
+  mark() { kill -USR1 "$fake_pid"; sleep 0.1; sed -n 's/.*mark busy_ns=\([0-9]*\) now_ns=\([0-9]*\).*/\1 \2/p' "$work/fake.log" | tail -1; }
+  p99s() { for j in 0 1 2; do p99 "$work/c-$1-$j.txt"; done | awk '{ s += $1 } END { printf "%.1f", s / NR }'; }
+  read -r b0 t0 < <(mark); load alone 1s; read -r b1 t1 < <(mark)
+  local batch="contended$RANDOM"
+  $H queue push "$work/in.csv" --batch "$batch" --global-cap 1000 --no-progress 2>/dev/null
+  start_worker "$batch" "$work/c-w1.log"; start_worker "$batch" "$work/c-w2.log"
+  sleep 2
+  read -r b2 t2 < <(mark); load with 0s; read -r b3 t3 < <(mark)
+  local sh; sh=$(shares)
+  stop_all
+  local most; most=$(sed -n 's/.*mark .*max_in_flight=\([0-9]*\).*/\1/p' "$work/fake.log" | tail -1)
+  stop_fake
+  local ma mw a w
+  ma=$(echo "($b1 - $b0) / ($t1 - $t0)" | bc -l); mw=$(echo "($b3 - $b2) / ($t3 - $t2)" | bc -l)
+  a=$(p99s alone); w=$(p99s with)
+  printf '  %s: in flight alone %.2f; with the batch %.2f = %.2f x cap (most at once %s); servers p99 (mean of 3) alone %sms, with the batch %sms: %.2fx; shares at the end %s\n' \
+    "$label" "$ma" "$mw" "$(echo "$mw / $cap" | bc -l)" "$most" "$a" "$w" "$(echo "$w / $a" | bc -l)" "$sh"
+}
+
+if phase 5; then
+echo "== 5. contended: 3 servers x 2 closed-loop clients, then 2 workers competing (--cap $cap, provider at ${c_latency_ms}ms, ${secs}s each)"
+p99() { sed -n 's/.*latency answered:.*p99 \([0-9.]*\)\(ms\|µs\|s\).*/\1 \2/p' "$1" | awk '{ v = $1; if ($2 == "s") v *= 1000; if ($2 == "µs") v /= 1000; print v }'; }
+if [[ -n ${BASE_BIN:-} ]]; then
+  cp "$BASE_BIN" "$work/hfsent-base"
+  contended "$work/hfsent-base" "before ($BASE_BIN)"
+fi
+contended "$work/hfsent" "after (${HFSENT_BIN:-this tree})"
 fi

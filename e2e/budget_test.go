@@ -293,49 +293,123 @@ func TestBudgetCapsTheFleet(t *testing.T) {
 }
 
 // With servers' traffic below the cap and workers that would take it all,
-// the servers answer at the provider's latency with no 503, and the
-// workers take the rest.
+// the servers answer with no 503 and at their latency alone (p99 within
+// 1.2x of theirs without the batch), and the workers take the rest, the
+// servers' unused headroom included: at least 0.85 x the cap in flight on
+// average (issue 25; before the headroom was lent, 9 of 12 at best, 7.8 on
+// a loaded machine). Alone and with the batch alternate, five rounds of
+// each, so that what else the machine runs weighs on both alike; the
+// figures are the median round's.
 func TestBudgetInteractiveFirst(t *testing.T) {
 	db := pgtest.URL(t)
 	mustRun(t, qenv(db), "budget", "set", "b", "--cap", "12")
-	pushBatch(t, db, "nightly", rowsOf(20000), "--global-cap", "100")
-	const latency = 50 * time.Millisecond
-	f := startFleet(t, db, "b", "nightly", latency, 3, 2)
-	sm := sample(f.meter)
-	defer sm.close()
+	pushBatch(t, db, "nightly", rowsOf(40000), "--global-cap", "100")
+	// Latency and utilisation are measured on what users run: the fleet
+	// is the binary built without -race (the other budget tests run the
+	// -race one), whose slower calls on a loaded machine would measure the
+	// race detector.
+	plain := plainBin(t)
+	// A 100 ms provider (bench/budget.sh run 5 has the issue's 50 ms): at
+	// half the calls a second for the same calls in flight, the CPU the
+	// fleet takes from a 2-core machine weighs half as much on the
+	// servers' latency, which is what the test compares.
+	m, srv := newMeter(&fakehf.Fake{Latency: 100 * time.Millisecond, NoRecord: true})
+	t.Cleanup(srv.Close)
+	common := []string{"--endpoint", srv.URL, "-c", "12", "--timeout", "2s", "--no-cache", "--budget", "b"}
 	var loads []*load
-	for _, s := range f.servers {
+	for range 3 {
+		s := startServeBin(t, plain, append([]string{"--retries", "0", "--db", db}, common...)...)
 		loads = append(loads, startLoad(s, 2))
 	}
-	time.Sleep(2 * time.Second) // the shares settle
-	for _, l := range loads {
-		l.reset()
-	}
-	from := time.Now()
-	time.Sleep(5 * time.Second)
-	mean, most := sm.window(from, time.Now())
-	for i, l := range loads {
-		codes, p50, p99, _ := l.snapshot()
-		t.Logf("server %d: %v p50=%s p99=%s", i, codes, p50, p99)
-		if len(codes) != 1 || codes[200] == 0 {
-			t.Fatalf("server %d answered %v: want only 200s while its traffic is below the cap", i, codes)
+	defer func() {
+		for _, l := range loads {
+			l.end()
 		}
-		if p50 > latency+latency/2 || p99 > latency+150*time.Millisecond {
-			t.Fatalf("server %d: p50 %s p99 %s, the provider takes %s: requests waited for a slot", i, p50, p99, latency)
+	}()
+	// phase is one measure: every server's answers (only 200s), and the
+	// provider's mean calls in flight (from its own count, integrated over
+	// time: no sampler to take the machine's time).
+	phase := func(name string, d time.Duration) (lat []time.Duration, mean float64) {
+		for _, l := range loads {
+			l.reset()
 		}
+		a0, t0 := m.inFlightArea()
+		time.Sleep(d)
+		a1, t1 := m.inFlightArea()
+		mean = float64(a1-a0) / float64(t1.Sub(t0))
+		lat = answers(t, name, loads)
+		t.Logf("%s: provider in flight mean %.2f (cap 12); servers' p99 %s", name, mean, p99Of(lat))
+		return lat, mean
 	}
-	for _, l := range loads {
-		l.end()
+	args := append([]string{"--batch", "nightly", "--lease", "2s"}, common...)
+	const rounds = 5
+	var ratios, means []float64
+	time.Sleep(1500 * time.Millisecond) // the servers' shares settle
+	for round := range rounds {
+		alone, _ := phase(fmt.Sprintf("round %d, servers alone", round+1), 3*time.Second)
+		// The batch: two workers that would take the whole cap.
+		ws := []*worker{startWorkerBin(t, plain, db, args...), startWorkerBin(t, plain, db, args...)}
+		time.Sleep(1500 * time.Millisecond) // the shares settle
+		with, mean := phase(fmt.Sprintf("round %d, servers and the batch", round+1), 4*time.Second)
+		means = append(means, mean)
+		ratios = append(ratios, float64(p99Of(with))/float64(p99Of(alone)))
+		for _, w := range ws {
+			_ = w.cmd.Process.Signal(syscall.SIGTERM) // it drains and leaves the budget
+		}
+		for _, w := range ws {
+			w.wait(t)
+		}
+		time.Sleep(time.Second) // the servers take their headroom back
 	}
-	t.Logf("provider in flight: mean %.1f, most %d (cap 12)", mean, most)
+	// The median round: a stall of the machine in a phase or two (a p99 is
+	// a few answers; a renewal held up past its lease stops a member) does
+	// not decide. A request that waits for a slot longer than serve's
+	// --admission-wait (35 ms) is answered 503, which fails the test
+	// anyway: a p99 past that is the machine's, not the budget's.
+	mean, ratio := median(means), median(ratios)
+	m.mu.Lock()
+	most := m.max
+	m.mu.Unlock()
+	t.Logf("with the batch, by round: provider in flight mean %.2f, median %.2f (%.2f x cap), most %d; servers' p99 with the batch / alone %.2f, median %.2fx",
+		means, mean, mean/12, most, ratios, ratio)
 	if most > 12 {
 		t.Fatalf("the provider saw %d calls at once under a budget of 12", most)
 	}
-	// The servers hold 6 in flight and 3 more as headroom (a quarter of
-	// their demand, at least one each), so the workers' 3 bring the mean to 9.
-	if mean < 8 {
-		t.Fatalf("mean calls in flight %.1f: the workers did not take the rest of the cap", mean)
+	if mean < 0.85*12 {
+		t.Fatalf("mean calls in flight %.2f (median of %.2f), want at least 0.85 x 12 = 10.2: the workers did not take what the servers leave (their headroom included)", mean, means)
 	}
+	if ratio > 1.2 {
+		t.Fatalf("the servers' p99 with the batch is %.2fx their p99 alone (median of %.2f): want at most 1.2x", ratio, ratios)
+	}
+}
+
+// answers is every server's answers' latencies since their last reset; it
+// fails the test if one answered anything but 200.
+func answers(t *testing.T, phase string, loads []*load) []time.Duration {
+	t.Helper()
+	var lat []time.Duration
+	for i, l := range loads {
+		l.mu.Lock()
+		codes := maps(l.codes)
+		lat = append(lat, l.latencies...)
+		l.mu.Unlock()
+		if len(codes) != 1 || codes[200] == 0 {
+			t.Fatalf("%s: server %d answered %v: want only 200s while its traffic is below the cap", phase, i, codes)
+		}
+	}
+	return lat
+}
+
+func median(xs []float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+func p99Of(lat []time.Duration) time.Duration {
+	s := slices.Clone(lat)
+	slices.Sort(s)
+	return s[len(s)*99/100]
 }
 
 // A member that stops its load gives its share to the others within two

@@ -41,8 +41,15 @@ type worker struct {
 
 func startWorker(t *testing.T, db string, args ...string) *worker {
 	t.Helper()
+	return startWorkerBin(t, bin, db, args...)
+}
+
+// startWorkerBin is startWorker with another build of hfsent (plainBin).
+func startWorkerBin(t *testing.T, path, db string, args ...string) *worker {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	cmd, stderr := hfsent(t, ctx, append([]string{"worker", "--no-progress"}, args...)...)
+	cmd.Path = path
 	cmd.Env = append(cmd.Env, qenv(db)...)
 	w := &worker{cmd: cmd, stderr: stderr, done: make(chan struct{})}
 	if err := cmd.Start(); err != nil {
@@ -223,6 +230,29 @@ type meter struct {
 	per, maxPer   map[string]int
 	starts        []time.Time
 	clientOfTexts func(texts []string) string
+	// area is the integral of total over time until changed (calls in
+	// flight x seconds): the mean in flight between two readings, exactly
+	// and without sampling (inFlightArea).
+	area    time.Duration
+	changed time.Time
+}
+
+// inFlightArea is the integral of calls in flight over time until now:
+// (a2 - a1) / (t2 - t1) is the mean in flight between two readings.
+func (m *meter) inFlightArea() (area time.Duration, at time.Time) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	at = time.Now()
+	return m.areaLocked(at), at
+}
+
+// areaLocked brings area up to now. Requires m.mu.
+func (m *meter) areaLocked(now time.Time) time.Duration {
+	if !m.changed.IsZero() {
+		m.area += time.Duration(m.total) * now.Sub(m.changed)
+	}
+	m.changed = now
+	return m.area
 }
 
 func newMeter(f *fakehf.Fake) (*meter, *httptest.Server) {
@@ -243,6 +273,7 @@ func (m *meter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		client = strings.TrimPrefix(f[0], "c=")
 	}
 	m.mu.Lock()
+	m.areaLocked(time.Now())
 	m.total++
 	m.per[client]++
 	m.max = max(m.max, m.total)
@@ -251,6 +282,7 @@ func (m *meter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	m.mu.Unlock()
 	defer func() {
 		m.mu.Lock()
+		m.areaLocked(time.Now())
 		m.total--
 		m.per[client]--
 		m.mu.Unlock()

@@ -194,6 +194,16 @@ func main() {
 		return 0
 	}
 	srv := &http.Server{Handler: h}
+	// SIGUSR1 marks a point of the run: the mean in flight between two
+	// marks is their busy_ns apart over their now_ns apart (calls are
+	// counted as they end, so a call across a mark counts on one side).
+	go func() {
+		usr := make(chan os.Signal, 1)
+		signal.Notify(usr, syscall.SIGUSR1)
+		for range usr {
+			fmt.Fprintf(os.Stderr, "fakeprovider: mark busy_ns=%d now_ns=%d calls=%d max_in_flight=%d\n", busy.Load(), time.Now().UnixNano(), calls(), f.MaxInFlight())
+		}
+	}()
 	go func() {
 		sig := make(chan os.Signal, 1)
 		signal.Notify(sig, os.Interrupt, syscall.SIGTERM)

@@ -6,18 +6,24 @@
 // request and its resident memory over the run (read from /proc).
 //
 //	loadgen -url http://127.0.0.1:8000 -rate 2560 -duration 10s -pid 1234
+//
+// With -clients N it is a closed loop instead: N clients, each sending its
+// next request when its last is answered (bench/budget.sh, run 5).
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"slices"
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -31,6 +37,7 @@ func main() {
 	warmup := flag.Duration("warmup", 2*time.Second, "a run at the same rate before the measured one, not counted")
 	pid := flag.Int("pid", 0, "the server's pid, for CPU per request and memory (0: not measured)")
 	name := flag.String("name", "run", "a label for the output line")
+	clients := flag.Int("clients", 0, "closed loop instead: this many clients, each sending its next request when its last is answered (-rate is then ignored)")
 	flag.Parse()
 	if !strings.HasPrefix(*base, "http://127.") && !strings.HasPrefix(*base, "http://localhost") && !strings.HasPrefix(*base, "http://[::1]") {
 		fmt.Fprintln(os.Stderr, "loadgen: -url must be a loopback address")
@@ -54,11 +61,16 @@ func main() {
 			vegeta.Timeout(30*time.Second), vegeta.KeepAlive(true), vegeta.MaxBody(4096))
 	}
 	pacer := vegeta.Rate{Freq: *rate, Per: time.Second}
+	attack := func(d time.Duration, name string) <-chan *vegeta.Result {
+		if *clients > 0 {
+			return closedLoop(targeter, *clients, d)
+		}
+		return newAttacker().Attack(vegeta.Targeter(targeter), pacer, d, name)
+	}
 	if *warmup > 0 {
-		for range newAttacker().Attack(vegeta.Targeter(targeter), pacer, *warmup, "warmup") {
+		for range attack(*warmup, "warmup") {
 		}
 	}
-	atk := newAttacker()
 
 	cpu0 := cpuTicks(*pid)
 	var rss []int64
@@ -83,7 +95,7 @@ func main() {
 	var ok, rejected, other []time.Duration
 	codes := map[string]int{}
 	begin := time.Now()
-	for r := range atk.Attack(vegeta.Targeter(targeter), pacer, *duration, *name) {
+	for r := range attack(*duration, *name) {
 		switch {
 		case r.Code == 200:
 			ok = append(ok, r.Latency)
@@ -112,8 +124,12 @@ func main() {
 	cpu1 := cpuTicks(*pid)
 
 	total := len(ok) + len(rejected) + len(other)
-	fmt.Printf("%s: offered %d/s for %s: %d requests, answered 200: %d (%.0f/s)\n",
-		*name, *rate, *duration, total, len(ok), float64(len(ok))/elapsed.Seconds())
+	offered := fmt.Sprintf("%d/s", *rate)
+	if *clients > 0 {
+		offered = fmt.Sprintf("%d clients in a closed loop", *clients)
+	}
+	fmt.Printf("%s: offered %s for %s: %d requests, answered 200: %d (%.0f/s)\n",
+		*name, offered, *duration, total, len(ok), float64(len(ok))/elapsed.Seconds())
 	fmt.Printf("  latency answered:  p50 %s  p99 %s  max %s\n", q(ok, 0.5), q(ok, 0.99), q(ok, 1))
 	if len(rejected) > 0 {
 		fmt.Printf("  latency rejected (503 local_capacity, %d): p50 %s  p99 %s  max %s\n", len(rejected), q(rejected, 0.5), q(rejected, 0.99), q(rejected, 1))
@@ -196,4 +212,40 @@ func rssKiB(pid int) int64 {
 		}
 	}
 	return 0
+}
+
+// closedLoop is n clients, each sending its next request as soon as its
+// last one is answered, for d: the traffic of callers that wait for their
+// answer (a server's demand is then n calls in flight).
+func closedLoop(targeter func(*vegeta.Target) error, n int, d time.Duration) <-chan *vegeta.Result {
+	out := make(chan *vegeta.Result, 1024)
+	cl := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: n}}
+	end := time.Now().Add(d)
+	var wg sync.WaitGroup
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(end) {
+				var t vegeta.Target
+				_ = targeter(&t)
+				req, _ := http.NewRequest(t.Method, t.URL, bytes.NewReader(t.Body))
+				req.Header = t.Header
+				start := time.Now()
+				r := &vegeta.Result{Timestamp: start}
+				resp, err := cl.Do(req)
+				if err != nil {
+					r.Error = err.Error()
+				} else {
+					r.Code = uint16(resp.StatusCode)
+					r.Body, _ = io.ReadAll(io.LimitReader(resp.Body, 4096))
+					resp.Body.Close()
+				}
+				r.Latency = time.Since(start)
+				out <- r
+			}
+		}()
+	}
+	go func() { wg.Wait(); close(out) }()
+	return out
 }

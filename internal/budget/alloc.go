@@ -31,52 +31,9 @@ type Claim struct {
 }
 
 // Ideal divides cap among the live claims (the result is by index; a
-// lapsed claim's share is 0): first each batch member's floor (at most its
-// demand), so that a batch is never starved, then the servers' demand with
-// a headroom (a quarter of it, at least one slot), so that a rise in their
-// traffic between two renewals, or a burst within one, finds a free slot
-// rather than wait for the batches to shrink, then the batches' demand.
-// Each step is max-min fair among its members, and -c bounds every want.
-// Lapsed members' charges are held back from cap first. The shares sum to
-// at most cap less those charges.
+// lapsed claim's share is 0): Divide's shares, the lent slots included.
 func Ideal(capacity, floor int, cs []Claim) []int {
-	share := make([]int, len(cs))
-	avail := capacity
-	for _, c := range cs {
-		if !c.Live {
-			avail -= max(c.Charge, 0)
-		}
-	}
-	if avail <= 0 {
-		return share
-	}
-	want := make([]int, len(cs))
-	var floors, serves, batches []int // indexes
-	fl := make([]int, len(cs))
-	for i, c := range cs {
-		if !c.Live || c.Max <= 0 {
-			continue
-		}
-		d := min(max(c.Demand, 0), c.Max)
-		if c.Kind.Interactive() {
-			want[i] = min(c.Max, d+max(1, (d+3)/4))
-			serves = append(serves, i)
-			continue
-		}
-		want[i] = d
-		if d > 0 {
-			fl[i] = min(floor, d)
-			floors = append(floors, i)
-			batches = append(batches, i)
-		}
-	}
-	avail -= fill(avail, floors, fl, share, cs)
-	avail -= fill(avail, serves, want, share, cs)
-	rest := make([]int, len(cs))
-	for _, i := range batches {
-		rest[i] = want[i] - share[i]
-	}
-	fill(avail, batches, rest, share, cs)
+	share, _ := Divide(capacity, floor, cs)
 	return share
 }
 

@@ -18,17 +18,30 @@ func live(id string, k Kind, max, demand int) Claim {
 	return Claim{ID: id, Kind: k, Max: max, Demand: demand, Live: true}
 }
 
-// Servers' demand (plus its headroom) is met first; the batches share the
-// rest, each with at least its floor.
+// Servers' demand is met first; the batches share the rest, each with at
+// least its floor; the servers' headroom is held for them only when no
+// batch wants it, and lent to the batches otherwise.
 func TestIdealServersFirst(t *testing.T) {
 	cs := []Claim{
 		live("s1", KindServe, 12, 2), live("s2", KindServe, 12, 2), live("s3", KindServe, 12, 2),
 		live("w1", KindWorker, 12, 12), live("w2", KindWorker, 12, 12),
 	}
-	got := Ideal(12, 1, cs)
-	want := []int{3, 3, 3, 2, 1} // each server 2 plus 1 headroom; the 3 left to the workers, fairly
-	if fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Fatalf("shares %v, want %v", got, want)
+	share, lent := Divide(12, 1, cs)
+	// Each server its 2; their headroom (1 each) lent to the workers, who
+	// share the 6 left fairly.
+	if fmt.Sprint(share) != "[2 2 2 3 3]" || sum(lent) != 3 || lent[0]+lent[1]+lent[2] != 0 {
+		t.Fatalf("shares %v lent %v, want [2 2 2 3 3] with the servers' 3 of headroom lent", share, lent)
+	}
+	// Workers that want little leave the servers their headroom.
+	cs[3].Demand, cs[4].Demand = 1, 1
+	if share, lent = Divide(12, 1, cs); fmt.Sprint(share) != "[3 3 3 1 1]" || sum(lent) != 0 {
+		t.Fatalf("shares %v lent %v, want [3 3 3 1 1]: the workers want 1 each, the servers keep 2 plus 1", share, lent)
+	}
+	// A worker that wants 2 more gets one of the 3 left and one of the
+	// headroom; the servers keep the other two.
+	cs[3].Demand = 3
+	if share, lent = Divide(12, 1, cs); fmt.Sprint(share) != "[3 3 2 3 1]" || fmt.Sprint(lent) != "[0 0 0 1 0]" {
+		t.Fatalf("shares %v lent %v, want [3 3 2 3 1], w1 lent 1", share, lent)
 	}
 }
 
@@ -69,9 +82,17 @@ func TestIdealHoldsLapsedCharges(t *testing.T) {
 // A server with no traffic keeps one slot, so that its first request does
 // not wait for a renewal; -c bounds every want.
 func TestIdealIdleServerKeepsOne(t *testing.T) {
-	// A server's headroom comes before the batches' demand.
-	if got := Ideal(12, 1, []Claim{live("s", KindServe, 12, 8), live("w", KindWorker, 12, 12)}); fmt.Sprint(got) != "[10 2]" {
-		t.Fatalf("shares %v, want [10 2] (8 plus 2 headroom, the worker the rest)", got)
+	// A server's headroom is lent to a batch that wants it, and held for
+	// the server otherwise.
+	if got := Ideal(12, 1, []Claim{live("s", KindServe, 12, 8), live("w", KindWorker, 12, 12)}); fmt.Sprint(got) != "[8 4]" {
+		t.Fatalf("shares %v, want [8 4] (8, its headroom of 2 lent to the worker)", got)
+	}
+	if got := Ideal(12, 1, []Claim{live("s", KindServe, 12, 8), live("w", KindWorker, 12, 2)}); fmt.Sprint(got) != "[10 2]" {
+		t.Fatalf("shares %v, want [10 2] (8 plus 2 headroom, the worker its 2)", got)
+	}
+	// An idle server's one slot is not lent.
+	if got := Ideal(12, 1, []Claim{live("s", KindServe, 12, 0), live("w", KindWorker, 12, 12)}); fmt.Sprint(got) != "[1 11]" {
+		t.Fatalf("shares %v, want [1 11]", got)
 	}
 	got := Ideal(12, 1, []Claim{live("s", KindServe, 4, 0), live("busy", KindServe, 4, 20)})
 	if fmt.Sprint(got) != "[1 4]" {
@@ -110,8 +131,10 @@ func TestCharge(t *testing.T) {
 }
 
 // Over random members, the ideal shares never sum above the cap less the
-// lapsed charges, nobody gets more than its -c, and servers are short
-// only when batches hold no more than their floors.
+// lapsed charges, nobody gets more than its -c, servers are short of their
+// demand only when batches hold no more than their floors, and the
+// division is work-conserving: while a batch member wants more than it
+// holds, no slot is left over and no server holds headroom.
 func TestIdealBounds(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	for range 5000 {
@@ -127,25 +150,32 @@ func TestIdealBounds(t *testing.T) {
 			}
 			cs = append(cs, c)
 		}
-		got := Ideal(capacity, floor, cs)
+		got, lent := Divide(capacity, floor, cs)
 		if s := sum(got); s > max(0, capacity-held) {
 			t.Fatalf("cap %d held %d: shares %v sum to %d\n%+v", capacity, held, got, s, cs)
 		}
-		batchAboveFloor, serveShort := false, false
+		batchAboveFloor, serveShort, batchShort, serveRoom := false, false, false, false
 		for i, c := range cs {
-			if got[i] > c.Max || (!c.Live && got[i] != 0) {
-				t.Fatalf("member %+v got %d", c, got[i])
+			if got[i] > c.Max || (!c.Live && got[i] != 0) || lent[i] > got[i] || (c.Kind.Interactive() && lent[i] != 0) {
+				t.Fatalf("member %+v got %d lent %d", c, got[i], lent[i])
 			}
 			d := min(c.Demand, c.Max)
-			if c.Kind.Interactive() && c.Live && got[i] < min(c.Max, d+max(1, (d+3)/4)) {
-				serveShort = true
+			if !c.Live {
+				continue
 			}
-			if !c.Kind.Interactive() && got[i] > min(floor, d) {
-				batchAboveFloor = true
+			if c.Kind.Interactive() {
+				serveShort = serveShort || got[i] < max(1, d)
+				serveRoom = serveRoom || got[i] > max(1, d)
+				continue
 			}
+			batchAboveFloor = batchAboveFloor || got[i] > min(floor, d)
+			batchShort = batchShort || got[i] < d
 		}
 		if serveShort && batchAboveFloor {
 			t.Fatalf("a server is short while a batch holds more than its floor: cap %d floor %d shares %v\n%+v", capacity, floor, got, cs)
+		}
+		if batchShort && (serveRoom || sum(got) < max(0, capacity-held)) {
+			t.Fatalf("a batch wants more while slots are idle or held as headroom: cap %d held %d shares %v lent %v\n%+v", capacity, held, got, lent, cs)
 		}
 	}
 }
@@ -154,9 +184,10 @@ func TestIdealBounds(t *testing.T) {
 type simMember struct {
 	Claim
 	applied  int // the share it enforces
+	lent     int // the part of applied lent from the servers' headroom
 	valid    bool
 	inFlight int
-	pending  *int // a granted share whose answer has not arrived yet
+	pending  *[2]int // a granted share and its lent part, whose answer has not arrived yet
 }
 
 // The rules keep the cap whatever the order of renewals, answers that
@@ -185,18 +216,20 @@ func TestRulesKeepTheCap(t *testing.T) {
 					}
 				}
 				cs[me].Demand = r.IntN(m.Max + 4)
-				ideal := Ideal(capacity, 1, cs)
+				// As it asks, it stops applying its lent slots (returnLent).
+				m.applied, m.lent = m.applied-m.lent, 0
+				ideal, lent := Divide(capacity, 1, cs)
 				g := Grant(capacity, me, cs, ideal)
 				applied := m.applied
 				if !m.valid {
 					applied = 0
 				}
 				m.Claim.Demand, m.Claim.Charge = cs[me].Demand, Charge(g, applied, m.inFlight)
-				m.pending = &g
+				m.pending = &[2]int{g, LentOf(g, ideal[me], lent[me])}
 			case 1: // the answer arrives (or is lost: the pending share is dropped)
 				if m.pending != nil {
 					if r.IntN(4) > 0 {
-						m.applied, m.valid = *m.pending, true
+						m.applied, m.lent, m.valid = m.pending[0], m.pending[1], true
 					}
 					m.pending = nil
 				}

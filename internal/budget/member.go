@@ -82,7 +82,12 @@ type Member struct {
 	reports chan Notice // pauses and openings seen here, to record (buffered: the hooks never block)
 
 	share, demand, inFlight atomic.Int64
-	rps                     atomic.Uint64 // float64 bits
+	// lent is the part of share lent from the servers' headroom, applied
+	// until the next renewal is asked (returnLent); guardRPS is the rate
+	// last given to the guard (the loop's own).
+	lent     atomic.Int64
+	guardRPS float64
+	rps      atomic.Uint64 // float64 bits
 	// leaseEnd is when the lease applied ends, in nanoseconds of this
 	// process's monotonic clock since base: a wall-clock step must not make
 	// the member report a lease it still applies as lapsed.
@@ -241,8 +246,10 @@ func (m *Member) Waiting() bool {
 // Snapshot is what the member holds now.
 type Snapshot struct {
 	Share, Demand, InFlight int
-	RPS                     float64
-	LeaseHeld               bool
+	// Lent is the part of Share lent from the servers' headroom.
+	Lent      int
+	RPS       float64
+	LeaseHeld bool
 	// Safe is the safe share it falls back to; OnSafe that it is on it.
 	Safe               int
 	OnSafe             bool
@@ -253,7 +260,7 @@ type Snapshot struct {
 func (m *Member) Snapshot() Snapshot {
 	now := time.Now().UnixNano()
 	return Snapshot{
-		Share: int(m.share.Load()), Demand: int(m.demand.Load()), InFlight: int(m.inFlight.Load()),
+		Share: int(m.share.Load()), Demand: int(m.demand.Load()), InFlight: int(m.inFlight.Load()), Lent: int(m.lent.Load()),
 		RPS:       floatFrom(m.rps.Load()),
 		LeaseHeld: m.held(time.Now()),
 		Safe:      int(m.safe.Load()), OnSafe: m.onSafe(time.Now()),
@@ -281,6 +288,7 @@ func (m *Member) validFor() time.Duration { return m.cfg.Lease - m.cfg.Lease/10 
 // renew makes one renewal and applies it.
 func (m *Member) renew(ctx context.Context) error {
 	asked := time.Now() // the lease is counted from here, on the monotonic clock
+	used := m.returnLent(asked)
 	inFlight, peak := m.g.Demand()
 	applied, appliedRPS := int(m.share.Load()), floatFrom(m.rps.Load())
 	appliedSafe := int(m.safe.Load())
@@ -288,10 +296,11 @@ func (m *Member) renew(ctx context.Context) error {
 	case m.held(asked):
 	case m.onSafe(asked):
 		applied = appliedSafe // it sends on its safe share, at its rate
+		used = min(used, appliedSafe)
 	default:
-		applied, appliedRPS, appliedSafe = 0, 0, 0 // a lapsed lease grants nothing
+		applied, appliedRPS, appliedSafe, used = 0, 0, 0, 0 // a lapsed lease grants nothing
 	}
-	demand := m.demandOf(peak, applied)
+	demand := m.demandOf(peak, used)
 	rctx, cancel := context.WithTimeout(ctx, m.cfg.Lease)
 	defer cancel()
 	r, err := m.store.Renew(rctx, m.cfg.Budget, Report{Member: m.id, Host: m.cfg.Host, PID: m.cfg.PID, Kind: m.cfg.Kind,
@@ -313,6 +322,8 @@ func (m *Member) renew(ctx context.Context) error {
 	m.safe.Store(int64(r.Safe))
 	m.safeEnd.Store(int64(safeUntil.Sub(m.base)))
 	m.share.Store(int64(r.Share))
+	m.lent.Store(int64(r.Lent))
+	m.guardRPS = rps
 	m.rps.Store(floatBits(r.RPS))
 	m.leaseEnd.Store(int64(until.Sub(m.base)))
 	m.renewals.Add(1)

@@ -260,6 +260,9 @@ type Report struct {
 // Renewal is what a renewal grants.
 type Renewal struct {
 	Share int
+	// Lent is the part of Share that is the servers' headroom lent to a
+	// batch member: it applies it only until it asks for its next renewal.
+	Lent  int
 	RPS   float64 // this member's part of the budget's rate
 	Rated bool    // the budget has a rate (else RPS is 0 and means none)
 	Cap   int
@@ -324,12 +327,15 @@ func (s *Store) Renew(ctx context.Context, budget string, r Report) (Renewal, er
 	}
 	me := len(claims)
 	claims = append(claims, Claim{ID: r.Member, Kind: r.Kind, Max: r.Max, Demand: r.Demand, Live: true})
-	ideal := Ideal(out.Cap, floor, claims)
+	ideal, lent := Divide(out.Cap, floor, claims)
 	out.Share = Grant(out.Cap, me, claims, ideal)
+	out.Lent = LentOf(out.Share, ideal[me], lent[me])
 	charge := Charge(out.Share, r.Applied, r.InFlight)
 	safeCharge := 0
 	if r.SafeFor > 0 {
-		out.Safe = SafeShare(out.Cap, len(claims), out.Share)
+		// Within its own part: the lent slots are given back at its next
+		// ask, and are not its to keep through an outage.
+		out.Safe = SafeShare(out.Cap, len(claims), out.Share-out.Lent)
 		safeCharge = SafeCharge(out.Safe, r.AppliedSafe)
 	}
 	rpsCharge := 0.0

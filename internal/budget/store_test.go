@@ -80,18 +80,24 @@ func TestRenewDividesTheCap(t *testing.T) {
 	if g := renew(report("s1", KindServe, 5, 0, 0)); g != 0 {
 		t.Fatalf("server before w1 shrank: %d, want 0", g)
 	}
-	// w1 is told 5 (12 less the server's 5 and its headroom of 2), but it
-	// applied 12 with 12 in flight: still charged 12.
-	if g := renew(report("w1", KindWorker, 12, 12, 12)); g != 5 {
-		t.Fatalf("w1 shrunk to %d, want 5", g)
+	// w1 is told 7 (12 less the server's 5; the server's headroom of 2 is
+	// lent to it), but it applied 12 with 12 in flight: still charged 12.
+	if g := renew(report("w1", KindWorker, 12, 12, 12)); g != 7 {
+		t.Fatalf("w1 shrunk to %d, want 7", g)
 	}
 	if g := renew(report("s1", KindServe, 5, 0, 0)); g != 0 {
 		t.Fatalf("server while w1's calls may still be out: %d, want 0", g)
 	}
-	// w1 renews under 5 with 5 in flight: charged 5.
-	renew(report("w1", KindWorker, 12, 5, 5))
-	if g := renew(report("s1", KindServe, 5, 0, 0)); g != 7 {
-		t.Fatalf("server once w1 is within its share: %d, want 7 (5 plus 2 headroom)", g)
+	// w1 renews with its lent 2 returned (applied 5) and 7 in flight:
+	// charged 7.
+	renew(report("w1", KindWorker, 12, 7, 5))
+	if g := renew(report("s1", KindServe, 5, 0, 0)); g != 5 {
+		t.Fatalf("server once w1 is within its share: %d, want 5 (its headroom is lent to w1)", g)
+	}
+	// w1 wants less: the server's headroom is its own again.
+	renew(report("w1", KindWorker, 5, 5, 5))
+	if g := renew(report("s1", KindServe, 5, 0, 5)); g != 7 {
+		t.Fatalf("server once w1 wants 5: %d, want 7 (5 plus 2 headroom)", g)
 	}
 	st, err := s.Status(ctx, "b")
 	if err != nil {
