@@ -1,0 +1,122 @@
+package resilience
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hfsent/hfsent/internal/fakehf"
+	"github.com/hfsent/hfsent/internal/provider"
+)
+
+// stormResult is what a storm run saw: rows that did not succeed, the
+// fake's calls and 429s, and the wall time over the ideal (the tokens the
+// provider accepted, over its rate).
+type stormResult struct {
+	failed        int
+	calls, r429   int64
+	wall, ideal   time.Duration
+	share, ratio  float64
+	firstFailures []string
+}
+
+func (s stormResult) String() string {
+	return fmt.Sprintf("%d rows failed, %d calls, %d 429s (%.1f%%), wall %s, ideal %s (%.2f×)",
+		s.failed, s.calls, s.r429, 100*s.share, s.wall.Round(time.Millisecond), s.ideal.Round(time.Millisecond), s.ratio)
+}
+
+// storm sends rows texts of about 90 tokens, c at a time, through a guard
+// built from cfg (the CLI's defaults for a chat provider) against f.
+func storm(t *testing.T, f *fakehf.Chat, cfg Config, rows, c int) stormResult {
+	t.Helper()
+	srv := fakehf.StartChat(f)
+	t.Cleanup(srv.Close)
+	client, err := provider.NewChat(provider.ChatConfig{Model: "m", Endpoint: srv.URL + "/v1/chat/completions",
+		Labels: []string{"positive", "negative"}, Concurrency: c, Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Concurrency = c
+	g := Build(client, cfg)
+	var failed atomic.Int64
+	var mu sync.Mutex
+	var first []string
+	var wg sync.WaitGroup
+	start := time.Now()
+	for i := range rows {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			text := fmt.Sprintf("review %d: %s", i, strings.Repeat("the service was fine and quick ", 9))
+			if _, err := g.Classify(ctx, &Row{}, []string{text}); err != nil {
+				failed.Add(1)
+				mu.Lock()
+				if len(first) < 3 {
+					first = append(first, err.Error())
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	res := stormResult{failed: int(failed.Load()), calls: f.Calls(), r429: f.Rejected(), wall: time.Since(start), firstFailures: first}
+	if f.Bucket.Rate > 0 {
+		res.ideal = time.Duration(float64(f.Tokens()) / f.Bucket.Rate * float64(time.Second))
+	}
+	res.share = float64(res.r429) / float64(max(res.calls, 1))
+	return res
+}
+
+// chatDefaults are the policies classify gives a chat provider by default.
+func chatDefaults() Config {
+	return Config{Retries: 4, PaceByHeaders: true, RateLimitWait: 2 * time.Minute, MaxRetryAfter: 10 * time.Minute}
+}
+
+// stormForms are the two providers of issue 25 whose limits cannot be
+// read, holding rate tokens a second over a second: one whose headers
+// describe a minute's bucket with room in it while the second's window
+// refuses, and one with no rate-limit header at all; both answer a 429
+// with a retry-after-ms of a few ms.
+func stormForms(rate float64) map[string]func() *fakehf.Chat {
+	return map[string]func() *fakehf.Chat{
+		"minute headers, hidden second": func() *fakehf.Chat {
+			return &fakehf.Chat{Latency: 20 * time.Millisecond, Bucket: fakehf.Bucket{Rate: rate, Burst: 60 * rate}, Window: time.Second, RetryAfterMs: true, NoRecord: true}
+		},
+		"no headers": func() *fakehf.Chat {
+			return &fakehf.Chat{Latency: 20 * time.Millisecond, Bucket: fakehf.Bucket{Rate: rate, Burst: rate}, NoLimitHeaders: true, RetryAfterMs: true, NoRecord: true}
+		},
+	}
+}
+
+// Against a provider whose limits cannot be read, the default flags learn
+// its rate from its refusals: every row succeeds, few calls are refused,
+// and the run takes little longer than the provider's rate allows; with
+// the adaptive limit too.
+func TestStormWithUnreadableLimits(t *testing.T) {
+	const rate, rows, c = 16000, 600, 32
+	for name, fake := range stormForms(rate) {
+		for _, adaptive := range []bool{false, true} {
+			cfg := chatDefaults()
+			cfg.Adaptive = adaptive
+			res := storm(t, fake(), cfg, rows, c)
+			// The ideal is the provider's rate, or what this machine does
+			// with no limit at all if it is slower (a loaded machine).
+			floor := storm(t, &fakehf.Chat{Latency: 20 * time.Millisecond, NoRecord: true}, cfg, rows, c)
+			res.ratio = res.wall.Seconds() / max(res.ideal, floor.wall).Seconds()
+			t.Logf("%s, adaptive %v: %s (no limit: %s)", name, adaptive, res, floor.wall.Round(time.Millisecond))
+			if res.failed > 0 {
+				t.Errorf("%s, adaptive %v: %d rows failed: %q", name, adaptive, res.failed, res.firstFailures)
+			}
+			if res.share > 0.05 {
+				t.Errorf("%s, adaptive %v: %.1f%% of calls refused, want at most 5%%", name, adaptive, 100*res.share)
+			}
+			if res.ratio > 1.3 {
+				t.Errorf("%s, adaptive %v: wall %.2f× the ideal, want at most 1.3×", name, adaptive, res.ratio)
+			}
+		}
+	}
+}
