@@ -71,6 +71,10 @@ type Chat struct {
 	// the refused call's tokens would be there (a few ms for a call of a
 	// hundred tokens at thousands a second).
 	RetryAfterMs bool
+	// RefuseFor answers every call 429 rate_limit_exceeded until that long
+	// after the first, with no x-ratelimit header (and retry-after-ms: 10
+	// with RetryAfterMs): a provider that keeps asking for a few ms.
+	RefuseFor time.Duration
 	// NoRecord keeps nothing per call (benchmarks).
 	NoRecord bool
 	// Backend is the server whose structured outputs it takes (BackendOpenAI,
@@ -97,6 +101,7 @@ type Chat struct {
 	bucket          bucketState
 	window          bucketState // Window's hidden bucket
 	seen            map[string]bool
+	firstCall       time.Time
 }
 
 // first reports whether text is sent for the first time.
@@ -130,7 +135,7 @@ func StartChat(c *Chat) *httptest.Server { return httptest.NewServer(c) }
 // Calls is the number of requests received.
 func (c *Chat) Calls() int64 { return c.calls.Load() }
 
-// Rejected is the number of 429s the bucket answered.
+// Rejected is the number of 429s the bucket (or RefuseFor) answered.
 func (c *Chat) Rejected() int64 { return c.rejected.Load() }
 
 // Tokens is the tokens charged to the calls the bucket let through.
@@ -188,13 +193,25 @@ func (c *Chat) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	n := c.calls.Add(1)
 	body, _ := io.ReadAll(io.LimitReader(r.Body, 8<<20))
+	c.mu.Lock()
+	if c.firstCall.IsZero() {
+		c.firstCall = time.Now()
+	}
+	refusing := time.Since(c.firstCall) < c.RefuseFor
 	if !c.NoRecord {
-		c.mu.Lock()
 		c.bodies = append(c.bodies, body)
 		c.headers = append(c.headers, r.Header.Clone())
-		c.mu.Unlock()
 	}
+	c.mu.Unlock()
 	w.Header().Set("Content-Type", "application/json")
+	if refusing {
+		c.rejected.Add(1)
+		if c.RetryAfterMs {
+			w.Header().Set("Retry-After-Ms", "10")
+		}
+		oaiError(w, 429, "requests", "rate_limit_exceeded", "Rate limit reached for requests.")
+		return
+	}
 	var req ChatRequest
 	if r.Method != http.MethodPost || json.Unmarshal(body, &req) != nil || len(req.Messages) == 0 {
 		oaiError(w, 400, "invalid_request_error", "", "the body is not a chat completion request")

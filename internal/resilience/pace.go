@@ -18,13 +18,14 @@ import (
 //   - nothing is learnt before the first such refusal: a provider that
 //     refuses nothing is not paced (the headers' buckets still are);
 //   - a refusal sets the edge to the tokens the provider accepted over the
-//     last few seconds (its real rate, as far as this process can see it), or
-//     the rate itself if lower, and cuts the rate to paceBeta of it. A
-//     refusal of a call that took its turn before the last cut reports the
+//     last few seconds (its real rate, as far as this process can see it),
+//     or the rate itself if lower, and cuts the rate to paceBeta of it
+//     (unless it accepted nothing lately: refusing every call says nothing
+//     of a rate, and the shared pause waits it out). A refusal of a call that took its turn before the last cut reports the
 //     same excess and cuts nothing;
 //   - while calls wait for their turn and succeed, the rate grows
 //     additively with time: back to the edge in about a second, then past
-//     it slowly (paceProbe of the edge a second, since every test of the
+//     it slowly (paceProbe of the rate a second, since every test of the
 //     edge costs a refusal), doubling that step every second no call is
 //     refused, so that an edge measured too low is soon left behind.
 //
@@ -106,12 +107,12 @@ func (p *pace) ok(n float64, waited bool, now time.Time) {
 		}
 		step = math.Min(paceProbe*math.Exp2(now.Sub(p.aboveAt).Seconds()), 1)
 	}
-	p.setRate(p.rate+step*p.edge*dt, now)
+	p.setRate(p.rate+step*math.Max(p.edge, p.rate)*dt, now)
 }
 
 // refused records a 429 that the headers did not explain, for a call whose
 // turn was given under epoch and cost about n tokens; it reports whether
-// it cut the rate.
+// it cut the rate (not when nothing was accepted lately).
 func (p *pace) refused(n float64, epoch uint64, now time.Time) bool {
 	if p.learnt() && epoch != p.epoch {
 		return false // sent before the last cut: the same excess
@@ -133,9 +134,12 @@ func (p *pace) refused(n float64, epoch uint64, now time.Time) bool {
 	if p.learnt() {
 		edge = math.Min(edge, p.rate)
 	}
-	// At least one call a second: a provider that accepted nothing lately
-	// still takes something, and a rate of 0 would stop the run.
-	edge = math.Max(edge, n)
+	if seen < n {
+		// Nothing accepted lately: the provider refuses every call, which
+		// says nothing of its rate (the shared pause, doubling, and the
+		// rows' backoff wait it out). A rate learnt from it would be ~0.
+		return false
+	}
 	p.edge = edge
 	p.epoch++
 	p.cuts++

@@ -3,6 +3,7 @@ package resilience
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -117,6 +118,85 @@ func TestStormWithUnreadableLimits(t *testing.T) {
 			if res.ratio > 1.3 {
 				t.Errorf("%s, adaptive %v: wall %.2f× the ideal, want at most 1.3×", name, adaptive, res.ratio)
 			}
+		}
+	}
+}
+
+// A provider that keeps answering 429 with retry-after-ms: 10 for 600 ms:
+// each pause that did not help is followed by one twice as long, so the
+// rows neither spend their retries within milliseconds nor hammer it a
+// call every 10 ms, and every row succeeds once it lets calls through.
+func TestRepeated429sLengthenThePause(t *testing.T) {
+	const window = 600 * time.Millisecond
+	f := &fakehf.Chat{RefuseFor: window, RetryAfterMs: true}
+	cfg := chatDefaults()
+	cfg.Concurrency = 4
+	g := Build(startChat(t, f), cfg)
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	for range 4 {
+		wg.Go(func() {
+			if _, _, err := chatRow(g, "a review of the service"); err != nil {
+				errs <- err
+			}
+		})
+	}
+	var longest time.Duration
+	for start := time.Now(); time.Since(start) < window; time.Sleep(2 * time.Millisecond) {
+		longest = max(longest, g.Cooldown())
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Errorf("a row failed: %v", err)
+	}
+	// A pause of 10 ms repeated would let about 4 calls through every
+	// 10 ms: some 240 in the window. Doubling from 10 ms, it is a few
+	// rounds of at most 4.
+	t.Logf("%d calls, %d refused, longest pause seen %s", f.Calls(), f.Rejected(), longest)
+	if r := f.Rejected(); r > 40 {
+		t.Errorf("%d calls refused in %s of 429s asking for 10 ms, want at most 40", r, window)
+	}
+	if longest < 100*time.Millisecond {
+		t.Errorf("the longest shared pause was %s, want the 10 ms doubled to at least 100 ms", longest)
+	}
+}
+
+// A bare 429 (no Retry-After, no RateLimit header) for the first 9 s of a
+// run, at 3 rows and -c 3, ends with every row success, every time; and
+// for 12 s too. Time is scaled down tenfold (the backoff base, the window,
+// the wait), so that five runs take seconds. With the 429s counted against
+// --retries 4, the backoff's waits added up to 7.5 to 15 s (0.75 to 1.5 s
+// here): a row whose draws were short ended upstream_rate_limited, in some
+// runs at 9 s and in most at 12 s.
+func TestBare429WindowIsOutlasted(t *testing.T) {
+	windows := []time.Duration{900 * time.Millisecond, 1200 * time.Millisecond}
+	for run := range 5 {
+		window := windows[run%2]
+		var first atomic.Int64
+		f := &fakehf.Fake{Script: func(int64, []string, *http.Request) fakehf.Reply {
+			first.CompareAndSwap(0, time.Now().UnixNano())
+			if time.Since(time.Unix(0, first.Load())) < window {
+				return fakehf.Reply{Status: 429}
+			}
+			return fakehf.Reply{}
+		}}
+		cfg := Config{Retries: 4, Concurrency: 3, BackoffBase: 25 * time.Millisecond, BackoffMax: 3 * time.Second,
+			RateLimitWait: 12 * time.Second, MaxRetryAfter: time.Minute}
+		g := Build(startFake(t, f), cfg)
+		var wg sync.WaitGroup
+		var failed atomic.Int64
+		for range 3 {
+			wg.Go(func() {
+				if _, _, err := classifyRow(g, time.Minute); err != nil {
+					failed.Add(1)
+					t.Logf("run %d: %v", run, err)
+				}
+			})
+		}
+		wg.Wait()
+		if n := failed.Load(); n > 0 {
+			t.Errorf("run %d: %d of 3 rows failed after %s of bare 429s", run, n, window)
 		}
 	}
 }
