@@ -13,6 +13,10 @@
 #             bucket at RATE), paced by them
 #   tpm       the same with --tpm RATE*60
 #
+# And, last (the smaller item): bare 429s (no Retry-After, no
+# RateLimit header) for the first 9 s, 3 rows at -c 3, the hf provider,
+# BARE_RUNS times (default 3): how many runs ended with every row success.
+#
 # hidden and noheaders run with the default flags and with --adaptive. Each
 # runs with BASE_BIN (before, e.g. /tmp/hfsent-base; skipped when unset) and
 # BIN (after; default: this tree), one after the other. For each: rows that
@@ -68,3 +72,18 @@ for side in before after; do
   run "$bin" "$side" headers ""
   run "$bin" "$side" tpm "" --tpm $((rate * 60))
 done
+
+bare() { # BIN LABEL
+  local good=0 i
+  for i in $(seq "${BARE_RUNS:-3}"); do
+    start_fake -bare-429-for 9s
+    gen_csv 3 "$work/bare.csv"
+    HF_TOKEN=hf_bench "$1" classify "$work/bare.csv" -o "$work/bare.out" --no-progress --no-dedupe \
+      --endpoint "http://$(fake_addr)/models/bench" -c 3 2>"$work/bare.log" || true
+    stop_fake
+    [[ $(grep -c ',success,' "$work/bare.out" || true) == 3 ]] && good=$((good + 1))
+  done
+  printf "%-6s %-19s runs with every row success: %s\n" "$2" bare429-9s "$good/${BARE_RUNS:-3}"
+}
+[[ -n ${BASE_BIN:-} ]] && bare "$BASE_BIN" before
+bare "$after" after
