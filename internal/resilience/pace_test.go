@@ -200,3 +200,18 @@ func TestBare429WindowIsOutlasted(t *testing.T) {
 		}
 	}
 }
+
+// A provider whose headers tell the truth stays paced by them alone at
+// -c 32, as before the learnt pace: no refusal (the first call goes alone
+// until it is answered, then the headers hold the others back), and
+// nothing is learnt. The bucket holds less than a first burst of 32
+// calls would spend.
+func TestHonestHeadersStayUnrefused(t *testing.T) {
+	const rate = 3000
+	f := &fakehf.Chat{Latency: 20 * time.Millisecond, Bucket: fakehf.Bucket{Rate: rate, Burst: rate}, NoRecord: true}
+	res := storm(t, f, chatDefaults(), 80, 32)
+	t.Logf("%s", res)
+	if res.failed > 0 || res.r429 > 0 {
+		t.Errorf("honest headers: %d rows failed, %d of %d calls refused; want none", res.failed, res.r429, res.calls)
+	}
+}

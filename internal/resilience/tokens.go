@@ -134,8 +134,13 @@ func newTokenLayer(inner attempter, est provider.TokenEstimator, tpm float64, lo
 func (t *tokenLayer) attempt(ctx context.Context, row *Row, c provider.Call) (provider.Answer, error) {
 	est := float64(t.estimate(c.Texts))
 	if !t.fixed {
-		if err := t.waitProbe(ctx, row); err != nil {
+		probe, err := t.waitProbe(ctx, row)
+		if err != nil {
 			return provider.Answer{}, err
+		}
+		if probe {
+			// Its answer (or its end) lets the others go.
+			defer t.once.Do(func() { close(t.answered) })
 		}
 	}
 	turn, err := t.reserve(ctx, row, est)
@@ -181,25 +186,24 @@ type turn struct {
 }
 
 // waitProbe holds every call but the first until the first is answered
-// (headers only): the headers are not known before.
-func (t *tokenLayer) waitProbe(ctx context.Context, row *Row) error {
+// (headers only): the headers are not known before. It reports whether
+// the call is that first one, which must close t.answered once answered.
+func (t *tokenLayer) waitProbe(ctx context.Context, row *Row) (probe bool, err error) {
 	t.mu.Lock()
-	probe := !t.probing
+	probe = !t.probing
 	t.probing = true
 	t.mu.Unlock()
 	if probe {
-		// The probe's answer (or its end) lets the others go.
-		defer t.once.Do(func() { close(t.answered) })
-		return nil
+		return true, nil
 	}
 	row.wait(waitTokens)
 	select {
 	case <-t.answered:
-		return nil
+		return false, nil
 	case <-ctx.Done():
 	case <-row.Stop:
 	}
-	return stopOrCtx(ctx, row.Stop)
+	return false, stopOrCtx(ctx, row.Stop)
 }
 
 // reserve takes the call's turn from the buckets and waits for it. A turn
