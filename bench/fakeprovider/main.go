@@ -57,6 +57,9 @@ func main() {
 	chatRate := flag.Float64("chat-rate", 0, "with -chat: a token bucket refilling this many tokens a second (0: no limit)")
 	chatBurst := flag.Float64("chat-burst", 0, "with -chat: the bucket's size in tokens (default: one second's worth)")
 	chatNoHeaders := flag.Bool("chat-headers-on-429-only", false, "with -chat: send the x-ratelimit headers with 429s only")
+	chatWindow := flag.Duration("chat-window", 0, "with -chat: also hold the rate over this shorter window, which the headers never show (at most rate×window tokens in any window)")
+	chatNoLimitHeaders := flag.Bool("chat-no-limit-headers", false, "with -chat: send no x-ratelimit header at all")
+	chatRetryAfterMs := flag.Bool("chat-retry-after-ms", false, "with -chat: send retry-after-ms with a 429 (the time until the call's tokens are there)")
 	flag.Parse()
 
 	var rejected, failed, outage, poisoned, loading atomic.Int64
@@ -165,7 +168,8 @@ func main() {
 		if burst <= 0 {
 			burst = *chatRate
 		}
-		chatFake = &fakehf.Chat{Latency: *latency, NoRecord: true, Bucket: fakehf.Bucket{Rate: *chatRate, Burst: burst}, HeadersOn429Only: *chatNoHeaders}
+		chatFake = &fakehf.Chat{Latency: *latency, NoRecord: true, Bucket: fakehf.Bucket{Rate: *chatRate, Burst: burst}, HeadersOn429Only: *chatNoHeaders,
+			Window: *chatWindow, NoLimitHeaders: *chatNoLimitHeaders, RetryAfterMs: *chatRetryAfterMs}
 		h, calls = chatFake, chatFake.Calls
 	}
 	var proxy *fakehf.ScaledToZero

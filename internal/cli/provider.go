@@ -32,6 +32,9 @@ type providerOptions struct {
 	connectTimeout time.Duration
 	rowDeadline    time.Duration
 	retries        int
+	// rateLimitWait bounds a row's retries after rate limits by time
+	// (providerUse.rateLimitWait).
+	rateLimitWait time.Duration
 
 	breakerThreshold float64
 	breakerWindow    time.Duration
@@ -66,15 +69,25 @@ type providerUse struct {
 	// noRowDeadline: the command bounds a row with a flag of its own, so
 	// --row-deadline is hidden (and refused).
 	noRowDeadline bool
+	// rateLimitWait, when set, is how long a row refused for rate limits
+	// is asked again, whatever --retries (resilience.Config.RateLimitWait):
+	// a batch's rows outlast a provider's rate limit; a server's callers
+	// wait, so it counts them as retries.
+	rateLimitWait time.Duration
 }
 
 // batchProvider is classify's and the worker's use of the provider flags.
 var batchProvider = providerUse{
 	admissionWaitHelp: "how long a row may wait for a free slot, from when it is read; past it the row is local_capacity and not sent (0: wait as long as needed, up to " + show(maxAdmissionWait) + "; meant for bursts, leave 0 for batches)",
 	retries:           4,
-	retriesHelp:       "retries after a failure that may recover (connection errors, timeouts, 408, 429, 424, 500/502/503/504, 520-524), with exponential backoff and jitter (longer after a 429 that gives no time), honouring Retry-After and the Hub's RateLimit reset up to --row-deadline; a row is sent at most N+1 times in all (" + rangeHelp(0, maxRetries) + ")",
+	retriesHelp:       "retries after a failure that may recover (connection errors, timeouts, 408, 424, 500/502/503/504, 520-524), with exponential backoff and jitter, honouring Retry-After and the Hub's RateLimit reset up to --row-deadline; a row is sent at most N+1 times for them. Rate limits (429, a busy server) are retried by time instead: for up to " + show(RateLimitWait) + " from a row's first, within --row-deadline, each wait what the provider asked and at least twice the last (0: no retry at all, 429s included) (" + rangeHelp(0, maxRetries) + ")",
+	rateLimitWait:     RateLimitWait,
 	fallbackHelp:      "model id, or local, that answers rows while the breaker is open, and rows whose last call failed as it opened (default: none, rows wait for recovery)",
 }
+
+// RateLimitWait is how long a batch's row refused for rate limits is asked
+// again, from its first refusal (within --row-deadline).
+const RateLimitWait = 2 * time.Minute
 
 // providerHelp is --provider's help: the kinds (provider.Kinds) and what
 // each needs.
@@ -82,6 +95,7 @@ const providerHelp = "hf: the Hugging Face API and servers that read its request
 
 func addProviderFlags(fs *pflag.FlagSet, o *providerOptions, use providerUse) {
 	o.flags = fs
+	o.rateLimitWait = use.rateLimitWait
 	fs.StringVar(&o.provider, "provider", "hf", providerHelp)
 	fs.StringVar(&o.model, "model", provider.DefaultModel, "model id")
 	fs.StringVar(&o.endpoint, "endpoint", "", "full http(s) URL to POST to, e.g. a dedicated Inference Endpoint or a local server; {model} is replaced\n(default "+provider.DefaultEndpoint+")")
@@ -359,7 +373,8 @@ func (o *providerOptions) build(ios *IOStreams, log *slog.Logger, counters *resi
 	fbKind, _ := fallbackKind(spec.fallback, kind)
 	spec.fallbackEndpoint = o.fallbackEndpoint(fbKind)
 	spec.policies = resilience.Config{
-		Retries: o.retries,
+		Retries:       o.retries,
+		RateLimitWait: min(o.rateLimitWait, o.rowDeadline),
 		// A Retry-After or a RateLimit reset is honoured up to the row's
 		// deadline (and a shared pause lasts that long at most).
 		MaxRetryAfter:    max(o.rowDeadline, time.Minute),

@@ -57,6 +57,24 @@ type Chat struct {
 	// HeadersOn429Only sends the x-ratelimit headers with the bucket's 429s
 	// only: a client cannot pace by them before it is refused.
 	HeadersOn429Only bool
+	// Window, when set, also holds the bucket's rate over that shorter
+	// window, which its headers never show: at most Rate×Window tokens in
+	// any Window (a second bucket of that size at the same rate). OpenAI
+	// warns that a per-minute limit may be enforced over shorter periods:
+	// the headers describe a minute's bucket with room in it while calls
+	// are refused.
+	Window time.Duration
+	// NoLimitHeaders sends no x-ratelimit header at all, on any answer (as
+	// vLLM, Ollama and many of the router's providers do).
+	NoLimitHeaders bool
+	// RetryAfterMs sends retry-after-ms with a bucket's 429: the time until
+	// the refused call's tokens would be there (a few ms for a call of a
+	// hundred tokens at thousands a second).
+	RetryAfterMs bool
+	// RefuseFor answers every call 429 rate_limit_exceeded until that long
+	// after the first, with no x-ratelimit header (and retry-after-ms: 10
+	// with RetryAfterMs): a provider that keeps asking for a few ms.
+	RefuseFor time.Duration
 	// NoRecord keeps nothing per call (benchmarks).
 	NoRecord bool
 	// Backend is the server whose structured outputs it takes (BackendOpenAI,
@@ -81,7 +99,9 @@ type Chat struct {
 	bodies          [][]byte
 	headers         []http.Header
 	bucket          bucketState
+	window          bucketState // Window's hidden bucket
 	seen            map[string]bool
+	firstCall       time.Time
 }
 
 // first reports whether text is sent for the first time.
@@ -115,7 +135,7 @@ func StartChat(c *Chat) *httptest.Server { return httptest.NewServer(c) }
 // Calls is the number of requests received.
 func (c *Chat) Calls() int64 { return c.calls.Load() }
 
-// Rejected is the number of 429s the bucket answered.
+// Rejected is the number of 429s the bucket (or RefuseFor) answered.
 func (c *Chat) Rejected() int64 { return c.rejected.Load() }
 
 // Tokens is the tokens charged to the calls the bucket let through.
@@ -173,13 +193,25 @@ func (c *Chat) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	n := c.calls.Add(1)
 	body, _ := io.ReadAll(io.LimitReader(r.Body, 8<<20))
+	c.mu.Lock()
+	if c.firstCall.IsZero() {
+		c.firstCall = time.Now()
+	}
+	refusing := time.Since(c.firstCall) < c.RefuseFor
 	if !c.NoRecord {
-		c.mu.Lock()
 		c.bodies = append(c.bodies, body)
 		c.headers = append(c.headers, r.Header.Clone())
-		c.mu.Unlock()
 	}
+	c.mu.Unlock()
 	w.Header().Set("Content-Type", "application/json")
+	if refusing {
+		c.rejected.Add(1)
+		if c.RetryAfterMs {
+			w.Header().Set("Retry-After-Ms", "10")
+		}
+		oaiError(w, 429, "requests", "rate_limit_exceeded", "Rate limit reached for requests.")
+		return
+	}
 	var req ChatRequest
 	if r.Method != http.MethodPost || json.Unmarshal(body, &req) != nil || len(req.Messages) == 0 {
 		oaiError(w, 400, "invalid_request_error", "", "the body is not a chat completion request")
@@ -309,9 +341,10 @@ func (c *Chat) choice(content string, req ChatRequest, text string) map[string]a
 	return ch
 }
 
-// charge takes n tokens from the bucket, or answers 429 with the reset
-// headers; with no bucket every call passes. Every answer carries the
-// bucket's x-ratelimit headers.
+// charge takes n tokens from the bucket (and the Window's), or answers 429
+// with the reset headers; with no bucket every call passes. Every answer
+// carries the bucket's x-ratelimit headers (never the Window's), unless
+// NoLimitHeaders.
 func (c *Chat) charge(w http.ResponseWriter, n int) bool {
 	b := c.Bucket
 	if b.Rate <= 0 {
@@ -320,39 +353,53 @@ func (c *Chat) charge(w http.ResponseWriter, n int) bool {
 	}
 	c.mu.Lock()
 	now := time.Now()
-	st := &c.bucket
-	if !st.started {
-		st.started, st.level, st.at = true, b.Burst, now
+	level := c.bucket.refill(b.Burst, b.Rate, now)
+	short := math.Inf(1) // what the Window's bucket holds
+	if c.Window > 0 {
+		short = c.window.refill(b.Rate*c.Window.Seconds(), b.Rate, now)
 	}
-	st.level = math.Min(b.Burst, st.level+now.Sub(st.at).Seconds()*b.Rate)
-	st.at = now
-	ok := st.level >= float64(n)
+	need := float64(n)
+	ok := level >= need && short >= need
 	if ok {
-		st.level -= float64(n)
+		c.bucket.level -= need
+		c.window.level -= need
+		level -= need
 	}
-	level := st.level
 	c.mu.Unlock()
-	if ok && c.HeadersOn429Only {
-		c.tokens.Add(int64(n))
-		return true
+	if !c.NoLimitHeaders && (!ok || !c.HeadersOn429Only) {
+		h := w.Header()
+		h.Set("X-Ratelimit-Limit-Tokens", fmt.Sprint(int64(b.Burst)))
+		h.Set("X-Ratelimit-Remaining-Tokens", fmt.Sprint(int64(math.Floor(level))))
+		h.Set("X-Ratelimit-Reset-Tokens", resetString(time.Duration((b.Burst-level)/b.Rate*float64(time.Second))))
+		h.Set("X-Ratelimit-Limit-Requests", "100000")
+		h.Set("X-Ratelimit-Remaining-Requests", "99999")
+		h.Set("X-Ratelimit-Reset-Requests", "1ms")
 	}
-	h := w.Header()
-	h.Set("X-Ratelimit-Limit-Tokens", fmt.Sprint(int64(b.Burst)))
-	h.Set("X-Ratelimit-Remaining-Tokens", fmt.Sprint(int64(math.Floor(level))))
-	h.Set("X-Ratelimit-Reset-Tokens", resetString(time.Duration((b.Burst-level)/b.Rate*float64(time.Second))))
-	h.Set("X-Ratelimit-Limit-Requests", "100000")
-	h.Set("X-Ratelimit-Remaining-Requests", "99999")
-	h.Set("X-Ratelimit-Reset-Requests", "1ms")
 	if ok {
 		c.tokens.Add(int64(n))
 		return true
 	}
 	c.rejected.Add(1)
 	if c.RetryAfter != "" {
-		h.Set("Retry-After", c.RetryAfter)
+		w.Header().Set("Retry-After", c.RetryAfter)
+	}
+	if c.RetryAfterMs {
+		short := math.Min(level, short)
+		w.Header().Set("Retry-After-Ms", fmt.Sprint(max(1, int64(math.Ceil((need-short)/b.Rate*1000)))))
 	}
 	oaiError(w, 429, "tokens", "rate_limit_exceeded", fmt.Sprintf("Rate limit reached on tokens per min (TPM): Limit %d, Requested %d.", int64(b.Burst), n))
 	return false
+}
+
+// refill brings the bucket (of size burst, refilling rate a second) to now
+// and returns its level; it starts full. The caller holds c.mu.
+func (st *bucketState) refill(burst, rate float64, now time.Time) float64 {
+	if !st.started {
+		st.started, st.level, st.at = true, burst, now
+	}
+	st.level = math.Min(burst, st.level+now.Sub(st.at).Seconds()*rate)
+	st.at = now
+	return st.level
 }
 
 // resetString writes a duration as OpenAI does: "1s", "6m0s", "20ms".

@@ -58,6 +58,17 @@ type Config struct {
 	// deadline). A row's deadline bounds its own waits anyway: a wait that
 	// would end past it is not waited.
 	MaxRetryAfter time.Duration
+	// RateLimitWait, when set (and Retries is not 0), bounds a row's
+	// retries after rate limits (429, a busy server) by time rather than
+	// by Retries: such a row is asked again, however many calls that
+	// takes, until RateLimitWait has passed since its first refusal (or
+	// its deadline comes first); Retries counts its other failures. Each
+	// wait is what the provider asked for, and at least twice the row's
+	// last wait after a refusal in a row (from a few ms to BackoffMax), so
+	// that its retries are never spent within milliseconds. 0: rate limits
+	// count against Retries like any failure (a server, whose callers
+	// wait).
+	RateLimitWait time.Duration
 	// Timeout is the per-attempt timeout the client applies (for the
 	// longer attempt that waits for a loading model); default 12s.
 	Timeout time.Duration
@@ -235,7 +246,7 @@ func Build(client provider.Classifier, cfg Config) *Guard {
 		chain = limiter.wrap(chain)
 	}
 	if est, ok := client.(provider.TokenEstimator); ok && (cfg.TPM > 0 || cfg.PaceByHeaders) {
-		chain = newTokenLayer(chain, est, cfg.TPM)
+		chain = newTokenLayer(chain, est, cfg.TPM, cfg.Logger)
 	}
 	g.limiter = limiter
 	g.br = newBreaker(chain, cfg, g.slots, g.run)
@@ -540,20 +551,25 @@ func (r *Row) FirstAttempt() (at time.Time, ok bool) { return r.first, !r.first.
 
 // rowState is what the layers know about one row's calls.
 type rowState struct {
-	sent      int            // calls sent to the primary provider by the row's loop
-	sampled   int            // the verdict's sample texts sent on the row's behalf
-	fallbacks int            // calls sent to the fallback model
-	first     time.Time      // when its first call (to either model) was sent
-	sentAt    time.Time      // when the last primary call was sent
-	last      error          // the last real provider error
-	usage     provider.Usage // tokens reported for its calls
-	cost      float64        // USD its calls cost, as the ledger priced them
-	costed    bool           // some call of it had a known cost
-	failed    bool           // an attempt failed in a way that counts for the breaker
-	timedOut  bool           // an attempt timed out
-	freshWait bool           // counted among the breaker's fresh waiters
-	counted   bool           // and that failure is already in the breaker's rate
-	waiting   waitKind
+	sent      int       // calls sent to the primary provider by the row's loop
+	sampled   int       // the verdict's sample texts sent on the row's behalf
+	fallbacks int       // calls sent to the fallback model
+	first     time.Time // when its first call (to either model) was sent
+	sentAt    time.Time // when the last primary call was sent
+	limited   int       // calls of it refused for a rate limit
+	// limitedSince is when its first rate-limit refusal came back; lastLimit
+	// the wait after its last one, while they come one after the other.
+	limitedSince time.Time
+	lastLimit    time.Duration
+	last         error          // the last real provider error
+	usage        provider.Usage // tokens reported for its calls
+	cost         float64        // USD its calls cost, as the ledger priced them
+	costed       bool           // some call of it had a known cost
+	failed       bool           // an attempt failed in a way that counts for the breaker
+	timedOut     bool           // an attempt timed out
+	freshWait    bool           // counted among the breaker's fresh waiters
+	counted      bool           // and that failure is already in the breaker's rate
+	waiting      waitKind
 	// A loading model: later attempts ask the API to hold the call until it
 	// is up, and may take that long. waitFromStart: the caller asked so for
 	// every call (Row.WaitForModel).

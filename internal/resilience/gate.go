@@ -55,9 +55,14 @@ func (g *gate) attempt(ctx context.Context, r *Row, c provider.Call) (provider.A
 		r.timedOut = true
 	}
 	p.Release(err)
-	if pe, ok := provider.AsError(err); ok && g.cool != nil && pe.Outcome == outcome.UpstreamRateLimited &&
+	if g.cool == nil {
+		return ans, err
+	}
+	if pe, ok := provider.AsError(err); ok && pe.Outcome == outcome.UpstreamRateLimited &&
 		pe.RetryAfter > 0 && g.slots.pauseAll() {
-		g.cool.pause(pe.RetryAfter)
+		g.cool.refused(pe.RetryAfter, r.sentAt)
+	} else if err == nil {
+		g.cool.ok(r.sentAt)
 	}
 	return ans, err
 }

@@ -73,7 +73,11 @@ func (g *Guard) Classify(ctx context.Context, r *Row, texts []string) (provider.
 			r.coldRetried = r.coldRetried || !pe.Loading
 		}
 		outage := isFailure(err) && !g.closed()
-		if r.sent > g.cfg.Retries {
+		limited := g.byTime(pe, &r.rowState)
+		if !limited {
+			r.lastLimit = 0
+		}
+		if limited && g.limitWaited(&r.rowState) || !limited && r.sent-r.limited > g.cfg.Retries {
 			// One view of an outage: a row whose last call failed as the
 			// breaker opened is answered by the fallback like a row that
 			// met the open breaker. It has no call left to send.
@@ -86,6 +90,9 @@ func (g *Guard) Classify(ctx context.Context, r *Row, texts []string) (provider.
 			continue // the next attempt meets the open breaker and waits there
 		}
 		d := g.retryDelay(pe, &r.rowState)
+		if limited {
+			d = g.limitDelay(d, &r.rowState)
+		}
 		if !fitsDeadline(ctx, d) {
 			// A wait that ends past the row's deadline is not waited
 			// (a server does not hold its caller through it either): the
@@ -134,6 +141,38 @@ func (g *Guard) retryDelay(pe *provider.Error, row *rowState) time.Duration {
 		base *= rateLimitBackoff
 	}
 	return Backoff(row.sent, base, g.cfg.BackoffMax) - time.Since(row.sentAt)
+}
+
+// byTime reports whether the row's retry after pe is bounded by time
+// (Config.RateLimitWait), and counts the refusal; a refusal of such a row
+// is counted outside Retries.
+func (g *Guard) byTime(pe *provider.Error, row *rowState) bool {
+	if g.cfg.RateLimitWait <= 0 || g.cfg.Retries == 0 || pe.Outcome != outcome.UpstreamRateLimited {
+		return false
+	}
+	row.limited++
+	if row.limitedSince.IsZero() {
+		row.limitedSince = time.Now()
+	}
+	return true
+}
+
+// limitWaited reports whether a row refused for rate limits has waited for
+// them as long as it may.
+func (g *Guard) limitWaited(row *rowState) bool {
+	return time.Since(row.limitedSince) >= g.cfg.RateLimitWait
+}
+
+// limitDelay is the wait before a row's next call after a rate limit:
+// what the provider asked for (d), and at least twice the row's last wait
+// after a refusal in a row, up to BackoffMax; never past RateLimitWait.
+func (g *Guard) limitDelay(d time.Duration, row *rowState) time.Duration {
+	if row.lastLimit > 0 {
+		d = max(d, min(2*row.lastLimit, g.cfg.BackoffMax))
+	}
+	row.lastLimit = max(d, time.Millisecond)
+	left := g.cfg.RateLimitWait - time.Since(row.limitedSince)
+	return max(0, min(d, left))
 }
 
 // rateLimitBackoff is how many times longer a 429 with no Retry-After

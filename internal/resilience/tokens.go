@@ -2,10 +2,12 @@ package resilience
 
 import (
 	"context"
+	"log/slog"
 	"math"
 	"sync"
 	"time"
 
+	"github.com/hfsent/hfsent/internal/outcome"
 	"github.com/hfsent/hfsent/internal/provider"
 )
 
@@ -43,6 +45,10 @@ type tokenLayer struct {
 	probing  bool
 	answered chan struct{}
 	once     sync.Once
+	// pace is the rate learnt from 429s the headers did not explain
+	// (headers only; pace.go).
+	pace pace
+	log  *slog.Logger
 }
 
 // bucket is a token bucket that may go into debt: a reservation takes its
@@ -116,8 +122,8 @@ func (b *bucket) set(remaining, inFlight float64, limit int64, reset time.Durati
 	b.fullAfter = b.rate <= 0
 }
 
-func newTokenLayer(inner attempter, est provider.TokenEstimator, tpm float64) *tokenLayer {
-	t := &tokenLayer{inner: inner, estimate: est.EstimateTokens, fixed: tpm > 0, answered: make(chan struct{})}
+func newTokenLayer(inner attempter, est provider.TokenEstimator, tpm float64, log *slog.Logger) *tokenLayer {
+	t := &tokenLayer{inner: inner, estimate: est.EstimateTokens, fixed: tpm > 0, answered: make(chan struct{}), log: log}
 	if t.fixed {
 		perSec := tpm / 60
 		t.tokens = bucket{known: true, level: perSec, capacity: perSec, rate: perSec, at: time.Now()}
@@ -128,50 +134,24 @@ func newTokenLayer(inner attempter, est provider.TokenEstimator, tpm float64) *t
 func (t *tokenLayer) attempt(ctx context.Context, row *Row, c provider.Call) (provider.Answer, error) {
 	est := float64(t.estimate(c.Texts))
 	if !t.fixed {
-		t.mu.Lock()
-		probe := !t.probing
-		t.probing = true
-		t.mu.Unlock()
+		probe, err := t.waitProbe(ctx, row)
+		if err != nil {
+			return provider.Answer{}, err
+		}
 		if probe {
+			// Its answer (or its end) lets the others go.
 			defer t.once.Do(func() { close(t.answered) })
-		} else {
-			row.wait(waitTokens)
-			select {
-			case <-t.answered:
-			case <-ctx.Done():
-				return provider.Answer{}, stopOrCtx(ctx, row.Stop)
-			case <-row.Stop:
-				return provider.Answer{}, stopOrCtx(ctx, row.Stop)
-			}
 		}
 	}
-	now := time.Now()
-	t.mu.Lock()
-	d := t.tokens.take(est, now)
-	if !t.fixed {
-		d = max(d, t.requests.take(1, now))
-	}
-	t.inFlight += est
-	t.calls++
-	t.mu.Unlock()
-	row.wait(waitTokens)
-	if !sleep(ctx, row.Stop, d) {
-		t.mu.Lock()
-		now := time.Now()
-		t.tokens.give(est, now)
-		if !t.fixed {
-			t.requests.give(1, now)
-		}
-		t.inFlight -= est
-		t.calls--
-		t.mu.Unlock()
-		return provider.Answer{}, stopOrCtx(ctx, row.Stop)
+	turn, err := t.reserve(ctx, row, est)
+	if err != nil {
+		return provider.Answer{}, err
 	}
 	ans, err := t.inner.attempt(ctx, row, c)
 	usage, limits := reported(ans, err)
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	now = time.Now()
+	now := time.Now()
 	t.inFlight -= est
 	t.calls--
 	switch {
@@ -185,6 +165,7 @@ func (t *tokenLayer) attempt(ctx context.Context, row *Row, c provider.Call) (pr
 			spent = 0
 		}
 		t.tokens.give(est-spent, now)
+		return ans, err
 	case limits.Tokens || limits.Requests:
 		if limits.Tokens {
 			t.tokens.set(float64(limits.RemainingTokens), t.inFlight, limits.LimitTokens, limits.ResetTokens, now)
@@ -193,5 +174,116 @@ func (t *tokenLayer) attempt(ctx context.Context, row *Row, c provider.Call) (pr
 			t.requests.set(float64(limits.RemainingRequests), float64(t.calls), limits.LimitRequests, limits.ResetRequests, now)
 		}
 	}
+	t.learn(est, turn, usage, limits, err, now)
 	return ans, err
+}
+
+// turn is a call's reservation: the learnt pace's epoch it was given
+// under, and whether the pace held it back.
+type turn struct {
+	epoch  uint64
+	waited bool
+}
+
+// waitProbe holds every call but the first until the first is answered
+// (headers only): the headers are not known before. It reports whether
+// the call is that first one, which must close t.answered once answered.
+func (t *tokenLayer) waitProbe(ctx context.Context, row *Row) (probe bool, err error) {
+	t.mu.Lock()
+	probe = !t.probing
+	t.probing = true
+	t.mu.Unlock()
+	if probe {
+		return true, nil
+	}
+	row.wait(waitTokens)
+	select {
+	case <-t.answered:
+		return false, nil
+	case <-ctx.Done():
+	case <-row.Stop:
+	}
+	return false, stopOrCtx(ctx, row.Stop)
+}
+
+// reserve takes the call's turn from the buckets and waits for it. A turn
+// given by the learnt pace before a cut is taken again at the new rate.
+func (t *tokenLayer) reserve(ctx context.Context, row *Row, est float64) (turn, error) {
+	now := time.Now()
+	t.mu.Lock()
+	d := t.tokens.take(est, now)
+	if !t.fixed {
+		d = max(d, t.requests.take(1, now))
+	}
+	pd, epoch := t.pace.take(est, now)
+	d = max(d, pd)
+	tr := turn{epoch: epoch, waited: pd > 0}
+	t.inFlight += est
+	t.calls++
+	t.mu.Unlock()
+	row.wait(waitTokens)
+	for {
+		if !sleep(ctx, row.Stop, d) {
+			t.mu.Lock()
+			now := time.Now()
+			t.tokens.give(est, now)
+			if !t.fixed {
+				t.requests.give(1, now)
+			}
+			t.pace.give(est, tr.epoch, now)
+			t.inFlight -= est
+			t.calls--
+			t.mu.Unlock()
+			return tr, stopOrCtx(ctx, row.Stop)
+		}
+		t.mu.Lock()
+		if t.pace.epoch == tr.epoch {
+			t.mu.Unlock()
+			return tr, nil
+		}
+		d, tr.epoch = t.pace.take(est, time.Now())
+		tr.waited = tr.waited || d > 0
+		t.mu.Unlock()
+	}
+}
+
+// learn feeds the learnt pace (headers only) a call's answer: a success
+// its tokens, a 429 the headers do not explain a cut (t.mu held).
+func (t *tokenLayer) learn(est float64, tr turn, usage provider.Usage, limits provider.Limits, err error, now time.Time) {
+	// The turn was the estimate: what the call cost replaces it, as with
+	// --tpm (a refusal cost nothing), so that the learnt rate and the
+	// accepted tokens it is measured by count the same tokens.
+	spent := est
+	if usage.Known {
+		spent = float64(usage.Total())
+	}
+	pe, ok := provider.AsError(err)
+	if ok && pe.Status >= 400 && pe.Status < 500 {
+		spent = 0
+	}
+	t.pace.give(est-spent, tr.epoch, now)
+	if err == nil {
+		t.pace.ok(spent, tr.waited, now)
+		return
+	}
+	if !ok || pe.Status != 429 || pe.Outcome != outcome.UpstreamRateLimited || !roomShown(limits, est) {
+		return
+	}
+	if t.pace.refused(est, tr.epoch, now) {
+		t.log.Info("rate limited (HTTP 429) though the rate-limit headers showed room, or there were none: pacing by the rate learnt",
+			"tokens_per_s", math.Round(t.pace.rate), "cuts", t.pace.cuts)
+	}
+}
+
+// roomShown reports whether a 429's headers said there was room for the
+// call (or there were none): the server refuses by a limit it does not
+// show, which only its refusals can teach.
+func roomShown(l provider.Limits, est float64) bool {
+	if !l.Known() {
+		return true
+	}
+	if l.Tokens && float64(l.RemainingTokens) < est {
+		return false
+	}
+	return !l.Requests || l.RemainingRequests >= 1
 }
