@@ -37,6 +37,7 @@ type classifyOptions struct {
 	prog        progressOptions
 	cost        costOptions
 	dryRun      bool
+	batch       batchOptions
 }
 
 func newClassifyCmd(ios *IOStreams, g *globalOptions) *cobra.Command {
@@ -123,6 +124,7 @@ The token comes from HF_TOKEN, else the Hugging Face token file
 	fs.StringVar(&o.report, "report", "", "at the end, draw the run to this .svg or .html file (see hfsent report)")
 	fs.Var(&o.failOn, "fail-on", "which failed rows make the exit code 1: any, a failure rate such as 5% (exit 1 above it), or none")
 	addProgressFlags(fs, &o.prog, "bar")
+	addBatchFlags(fs, &o.batch)
 	return cmd
 }
 
@@ -156,7 +158,7 @@ func (o *classifyOptions) validate() error {
 	if o.dryRun && o.resume {
 		return usageErrorf("--dry-run estimates a whole INPUT: leave --resume out")
 	}
-	return nil
+	return o.batch.validate(o)
 }
 
 func runClassify(ctx context.Context, o *classifyOptions, ios *IOStreams, log *slog.Logger) error {
@@ -184,7 +186,14 @@ func runClassify(ctx context.Context, o *classifyOptions, ios *IOStreams, log *s
 	}
 	o.prov.ledger = ledger
 	if o.dryRun {
+		if o.batch.api {
+			// Estimated at the price the batches would be charged.
+			ledger = o.batch.batchPrices(ledger)
+		}
 		return runDryRun(ctx, o, ios, log, src, ledger)
+	}
+	if o.batch.api {
+		return runBatchClassify(ctx, o, ios, log, src, info)
 	}
 	leaveBudget, err := o.prov.joinBudget(ctx, ios, log, &o.db, nil, budget.KindClassify)
 	if err != nil {
