@@ -5,9 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"os"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -97,9 +95,9 @@ func batchRoot(endpoint string) (string, error) {
 	if endpoint == "" {
 		endpoint = provider.DefaultChatEndpoint
 	}
-	root, ok := strings.CutSuffix(strings.TrimRight(endpoint, "/"), "/chat/completions")
-	if !ok || strings.Contains(endpoint, "{model}") {
-		return "", usageErrorf("--batch-api: --endpoint %s does not end in /chat/completions, so the Batch API's root cannot be found from it", endpoint)
+	root, err := batchapi.RootOf(endpoint)
+	if err != nil {
+		return "", usageErrorf("--batch-api: --endpoint %v", err)
 	}
 	return root, nil
 }
@@ -122,7 +120,7 @@ func runBatchClassify(ctx context.Context, o *classifyOptions, ios *IOStreams, l
 	if _, err := os.Stat(journal); err == nil && !o.resume {
 		return usageErrorf("%s records the batches of an earlier run of %s: collect them with the same command and --resume (nothing is paid twice), or remove it to start again (its batches are paid for)", journal, o.output)
 	}
-	if o.prov.ledger != nil && !o.prov.ledger.Prices().HasBatch(o.prov.model) && o.batch.discount == 0 {
+	if o.prov.ledger != nil && o.prov.ledger.Prices().Known() && !o.prov.ledger.Prices().HasBatch(o.prov.model) && o.batch.discount == 0 {
 		log.Warn("no batch price for --model: the batch is priced at the live price; give --batch-discount 0.5 or a --prices entry with *_cost_per_token_batches", "model", o.prov.model)
 	}
 	guard, rc, closeDB, err := o.cost.openGuarded(ctx, ios, log, &o.prov, nil, "")
@@ -190,8 +188,7 @@ func (o *classifyOptions) batchClient(ios *IOStreams, log *slog.Logger) (*batcha
 	if err != nil {
 		return nil, usageError(err)
 	}
-	hc := &http.Client{Transport: provider.NewHTTPClient(4, o.prov.connectTimeout).Transport}
-	return &batchapi.Client{HTTP: hc, Root: root, Token: tok.Value, Log: log}, nil
+	return &batchapi.Client{Root: root, Token: tok.Value, Log: log, UserAgent: "hfsent/" + version}, nil
 }
 
 func (o *classifyOptions) batchConfig(api *batchapi.Client, chat *provider.Chat, prior func(int64) (outcome.Code, error),

@@ -1,0 +1,117 @@
+package cli
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/hfsent/hfsent/internal/batchrun"
+	"github.com/hfsent/hfsent/internal/fakehf"
+)
+
+const batchKey = "sk-batch-0123456789abcdefghij"
+
+// batchRun runs classify --batch-api against the fake, with a poll fast
+// enough for a test.
+func batchRun(t *testing.T, url, in, out string, more ...string) run {
+	t.Helper()
+	args := append([]string{"classify", in, "-o", out, "--token-env", "OPENAI_API_KEY", "--no-cache",
+		"--batch-api", "--batch-poll", "10ms", "--no-progress"}, chatArgs(url)...)
+	return runMain(t, map[string]string{"OPENAI_API_KEY": batchKey}, "", append(args, more...)...)
+}
+
+func manyRows(n int, text func(i int) string) string {
+	var b strings.Builder
+	b.WriteString("request_id,text\n")
+	for i := range n {
+		fmt.Fprintf(&b, "id%d,%s\n", i, text(i))
+	}
+	return b.String()
+}
+
+func readRows(t *testing.T, path string) []map[string]string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return parseResults(t, string(b))
+}
+
+// A clean run: every row answered from one batch, in input order, with the
+// live run's columns and labels; a repeated text is sent once; the key is
+// nowhere.
+func TestBatchCleanRun(t *testing.T) {
+	f := &fakehf.Batch{Token: batchKey}
+	srv := fakehf.StartBatch(f)
+	defer srv.Close()
+	defer f.Close()
+	in := writeFile(t, "in.csv", "request_id,text\n1,lovely staff\n2,terrible wait\n3,lovely staff\n4,\n")
+	out := filepath.Join(t.TempDir(), "out.csv")
+	r := batchRun(t, srv.URL, in, out)
+	if r.code != 1 { // row 4 is invalid_input
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	rows := readRows(t, out)
+	want := []struct{ id, outcome, label, attempts string }{
+		{"1", "success", "positive", "1"}, {"2", "success", "negative", "1"}, {"3", "success", "positive", "0"}, {"4", "invalid_input", "", "0"},
+	}
+	if len(rows) != len(want) {
+		t.Fatalf("%d rows: %v", len(rows), rows)
+	}
+	for i, w := range want {
+		if g := rows[i]; g["request_id"] != w.id || g["outcome"] != w.outcome || g["label"] != w.label || g["attempts"] != w.attempts {
+			t.Errorf("row %d: %v, want %+v", i+1, g, w)
+		}
+	}
+	if rows[0]["prompt_tokens"] == "" {
+		t.Errorf("row 1 has no tokens: %v", rows[0])
+	}
+	c := f.Counts()
+	if c.Uploads != 1 || c.Creates != 1 || c.Lines != 2 || c.Live != 0 {
+		t.Errorf("counts %+v, want one upload, one batch of 2 lines, no live call", c)
+	}
+	if !strings.Contains(r.stderr, "answered=2 failed=0 resubmitted=0 missing=0") || !strings.Contains(r.stderr, " calls=0") {
+		t.Errorf("summary: %s", r.stderr)
+	}
+	b, _ := os.ReadFile(out)
+	j, _ := os.ReadFile(out + batchrun.JournalSuffix)
+	if strings.Contains(r.stderr, batchKey) || strings.Contains(string(b), batchKey) || strings.Contains(string(j), batchKey) {
+		t.Error("the key is shown")
+	}
+}
+
+// Over --batch-max-requests the rows are split into batches, submitted in
+// order; error-file lines map through the live error table.
+func TestBatchSplitAndErrorLines(t *testing.T) {
+	f := &fakehf.Batch{Token: batchKey, FailLine: func(id string, _ []byte) (int, string, bool) {
+		return 400, "context_length_exceeded", id == "r4"
+	}}
+	srv := fakehf.StartBatch(f)
+	defer srv.Close()
+	defer f.Close()
+	in := writeFile(t, "in.csv", manyRows(10, func(i int) string { return fmt.Sprintf("lovely %d", i) }))
+	out := filepath.Join(t.TempDir(), "out.csv")
+	r := batchRun(t, srv.URL, in, out, "--batch-max-requests", "4")
+	if r.code != 1 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	rows := readRows(t, out)
+	for i, g := range rows {
+		want := "success"
+		if i == 4 {
+			want = "upstream_request_rejected"
+		}
+		if g["outcome"] != want || g["request_id"] != fmt.Sprintf("id%d", i) {
+			t.Errorf("row %d: %v, want %s", i, g, want)
+		}
+	}
+	if c := f.Counts(); c.Creates != 3 || c.Uploads != 3 || c.Lines != 10 {
+		t.Errorf("counts %+v, want 3 batches (4+4+2)", c)
+	}
+	if !strings.Contains(r.stderr, "answered=9 failed=1") {
+		t.Errorf("summary: %s", r.stderr)
+	}
+}
