@@ -34,8 +34,10 @@ func (r *Runner) wait(ctx context.Context) error {
 		if len(live) == 0 {
 			return nil
 		}
-		changed, err := r.pollAll(ctx, live)
+		changed, err, fatal := r.pollAll(ctx, live)
 		switch {
+		case fatal != nil:
+			return fatal
 		case err != nil && ctx.Err() != nil:
 			return err
 		case err != nil:
@@ -87,8 +89,9 @@ func (r *Runner) anyHeld() bool {
 }
 
 // pollAll asks each running batch's status; changed: a status or a count
-// moved.
-func (r *Runner) pollAll(ctx context.Context, live []*batch) (changed bool, err error) {
+// moved. err is a poll that failed (tried again later); fatal, a batch's
+// files that cannot be read as results (the run stops).
+func (r *Runner) pollAll(ctx context.Context, live []*batch) (changed bool, err, fatal error) {
 	for _, b := range live {
 		got, gerr := r.cfg.API.Get(ctx, b.id)
 		if gerr != nil {
@@ -101,11 +104,11 @@ func (r *Runner) pollAll(ctx context.Context, live []*batch) (changed bool, err 
 		b.status, b.counts = got.Status, got.Counts
 		if got.Ended() {
 			if e := r.ended(ctx, b, got); e != nil {
-				return true, e
+				return true, err, e
 			}
 		}
 	}
-	return changed, err
+	return changed, err, nil
 }
 
 // ended handles a batch that has ended: its files are read; a refusal

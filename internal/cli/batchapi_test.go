@@ -115,3 +115,94 @@ func TestBatchSplitAndErrorLines(t *testing.T) {
 		t.Errorf("summary: %s", r.stderr)
 	}
 }
+
+// A batch that expires keeps the rows it answered; only the missing rows
+// are submitted again, in a new batch; after --batch-max-submissions they
+// are upstream_timeout (not final) and the closing line says so.
+func TestBatchExpiryResubmitsOnlyMissingRows(t *testing.T) {
+	f := &fakehf.Batch{Token: batchKey, ExpireAfter: 4}
+	srv := fakehf.StartBatch(f)
+	defer srv.Close()
+	defer f.Close()
+	in := writeFile(t, "in.csv", manyRows(10, func(i int) string { return fmt.Sprintf("lovely %d", i) }))
+	out := filepath.Join(t.TempDir(), "out.csv")
+	r := batchRun(t, srv.URL, in, out, "--batch-max-submissions", "2")
+	if r.code != 1 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	rows := readRows(t, out)
+	ok, timeout := 0, 0
+	for _, g := range rows {
+		switch g["outcome"] {
+		case "success":
+			ok++
+		case "upstream_timeout":
+			timeout++
+			if g["attempts"] != "2" {
+				t.Errorf("row %v: want attempts 2", g)
+			}
+		}
+	}
+	// 4 in the first batch, 4 of the 6 left in the second, 2 missing.
+	if ok != 8 || timeout != 2 {
+		t.Errorf("%d success, %d upstream_timeout; want 8 and 2: %v", ok, timeout, rows)
+	}
+	if c := f.Counts(); c.Creates != 2 || c.Lines != 8 {
+		t.Errorf("counts %+v: want 2 batches, 8 lines answered (10 sent, then the 6 missing)", c)
+	}
+	if !strings.Contains(r.stderr, "submitted=16 answered=8 failed=0 resubmitted=6 missing=2") {
+		t.Errorf("closing line: %s", r.stderr)
+	}
+}
+
+// A batch refused for the enqueued-token limit is created again once the
+// batch before it has ended, from the same file; the user is told.
+func TestBatchTokenLimitWaitsForEarlierBatches(t *testing.T) {
+	in := writeFile(t, "in.csv", manyRows(6, func(i int) string { return fmt.Sprintf("lovely %d", i) }))
+	// Room for one batch of 3 lines' tokens (150 each), not two.
+	f := &fakehf.Batch{Token: batchKey, TokenLimit: 600, Steps: 2}
+	srv := fakehf.StartBatch(f)
+	defer srv.Close()
+	defer f.Close()
+	out := filepath.Join(t.TempDir(), "out.csv")
+	r := batchRun(t, srv.URL, in, out, "--batch-max-requests", "3")
+	if r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	for i, g := range readRows(t, out) {
+		if g["outcome"] != "success" || g["attempts"] != "1" {
+			t.Errorf("row %d: %v", i, g)
+		}
+	}
+	if c := f.Counts(); c.Creates != 3 || c.Uploads != 2 {
+		t.Errorf("counts %+v: want 2 uploads and 3 creates (one refused, created again)", c)
+	}
+	if !strings.Contains(r.stderr, "enqueued-token limit is full") || !strings.Contains(r.stderr, "has ended") {
+		t.Errorf("the wait is not explained: %s", r.stderr)
+	}
+}
+
+// A malformed output line, or a custom_id the run never sent: a clear
+// error naming the file and the line, exit 1, nothing written as answered.
+func TestBatchGarbledOutputIsAnError(t *testing.T) {
+	for name, line := range map[string]string{
+		"malformed": `{"custom_id": "r1", "response": {`,
+		"unknown":   `{"id":"x","custom_id":"r99","response":{"status_code":200,"request_id":"q","body":{}},"error":null}`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			f := &fakehf.Batch{Token: batchKey, Garble: func(id string) ([]byte, bool) { return []byte(line), id == "r1" }}
+			srv := fakehf.StartBatch(f)
+			defer srv.Close()
+			defer f.Close()
+			in := writeFile(t, "in.csv", manyRows(3, func(i int) string { return fmt.Sprintf("lovely %d", i) }))
+			out := filepath.Join(t.TempDir(), "out.csv")
+			r := batchRun(t, srv.URL, in, out)
+			if r.code != 1 || !strings.Contains(r.stderr, "line ") || !strings.Contains(r.stderr, "output file") {
+				t.Fatalf("exit %d: %s", r.code, r.stderr)
+			}
+			if rows := readRows(t, out); len(rows) != 0 {
+				t.Errorf("rows written: %v", rows)
+			}
+		})
+	}
+}
