@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"time"
 
 	"github.com/hfsent/hfsent/internal/batchapi"
@@ -246,11 +247,34 @@ func (r *Runner) Run(ctx context.Context) error {
 	if err := r.scan(ctx); err != nil {
 		return r.stopped(ctx, err)
 	}
+	r.skipDone()
 	if err := r.wait(ctx); err != nil {
 		return r.stopped(ctx, err)
 	}
 	r.count()
 	return nil
+}
+
+// skipDone marks ended, without asking, every recorded batch none of
+// whose rows is still needed (all kept from the earlier results).
+func (r *Runner) skipDone() {
+	for _, b := range r.batches {
+		if !b.ended && len(r.owned(b)) == 0 {
+			b.ended, b.read = true, true
+		}
+	}
+}
+
+// Finished removes the journal once the results of every batch are
+// written (the caller knows): no batch is left to collect, and a row
+// still without an answer is not final, so --resume submits it afresh.
+func (r *Runner) Finished() error {
+	for _, b := range r.batches {
+		if !b.ended {
+			return nil
+		}
+	}
+	return os.Remove(r.cfg.Journal)
 }
 
 // stopped is err, or ErrInterrupted when ctx ended with batches running.

@@ -309,6 +309,11 @@ func (o *classifyOptions) writeBatchResults(ctx context.Context, ios *IOStreams,
 	if runErr != nil {
 		return &exitError{code: v.Code, err: fmt.Errorf("writing %s: %w", outputName(o), runErr)}
 	}
+	if sum.Stop == engine.StopNone && sum.InputErr == nil {
+		if err := r.Finished(); err != nil && !errors.Is(err, os.ErrNotExist) {
+			log.Warn("cannot remove the batch journal; remove it before a run without --resume", "path", r.JournalPath(), "err", err)
+		}
+	}
 	if sum.Stop == engine.StopInterrupted {
 		log.Warn("interrupted: finished rows are written; the batches are recorded: --resume collects the rest")
 	}
