@@ -106,3 +106,40 @@ func TestBatchInterruptThenResume(t *testing.T) {
 		})
 	}
 }
+
+// --resume --batch-cancel cancels the recorded batch, keeps what it
+// answered, submits nothing, and the rows it never ran are not final.
+func TestBatchCancelKeepsWhatRan(t *testing.T) {
+	f := &fakehf.Batch{Token: batchKey, StepTime: 400 * time.Millisecond}
+	srv := fakehf.StartBatch(f)
+	defer srv.Close()
+	defer f.Close()
+	dir := t.TempDir()
+	in := writeInput(t, dir, 20, uniqText)
+	out := filepath.Join(dir, "out.csv")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	_, stop := startBatch(t, ctx, batchArgs(srv.URL, in, out), out+".hfsent-batches.jsonl")
+	stop(syscall.SIGKILL)
+	cmd, stderr := hfsent(t, ctx, batchArgs(srv.URL, in, out, "--resume", "--batch-cancel")...)
+	cmd.Env = append(cmd.Env, "OPENAI_API_KEY="+batchKey)
+	_ = cmd.Run()
+	if code := cmd.ProcessState.ExitCode(); code != 1 {
+		t.Fatalf("exit %d, want 1 (rows not answered); stderr:\n%s", code, stderr)
+	}
+	rows := readResults(t, out)
+	if len(rows) != 20 {
+		t.Fatalf("%d rows", len(rows))
+	}
+	for _, r := range rows {
+		if r["outcome"] != "success" && r["outcome"] != "upstream_timeout" {
+			t.Errorf("row %v", r)
+		}
+	}
+	if c := f.Counts(); c.Cancels != 1 || c.Creates != 1 {
+		t.Fatalf("counts %+v: want the one batch cancelled, none created", c)
+	}
+	if !strings.Contains(stderr.String(), "cancelled=1") {
+		t.Errorf("closing line: %s", stderr)
+	}
+}

@@ -206,3 +206,74 @@ func TestBatchGarbledOutputIsAnError(t *testing.T) {
 		})
 	}
 }
+
+// The rows no batch answered go live with --batch-fallback live, through
+// the usual guard; the summary counts those calls.
+func TestBatchFallbackLive(t *testing.T) {
+	f := &fakehf.Batch{Token: batchKey, ExpireAfter: 3}
+	srv := fakehf.StartBatch(f)
+	defer srv.Close()
+	defer f.Close()
+	in := writeFile(t, "in.csv", manyRows(5, func(i int) string { return fmt.Sprintf("lovely %d", i) }))
+	out := filepath.Join(t.TempDir(), "out.csv")
+	r := batchRun(t, srv.URL, in, out, "--batch-max-submissions", "1", "--batch-fallback", "live")
+	if r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	for i, g := range readRows(t, out) {
+		if g["outcome"] != "success" {
+			t.Errorf("row %d: %v", i, g)
+		}
+	}
+	if c := f.Counts(); c.Live != 2 || c.Lines != 3 {
+		t.Errorf("counts %+v: want 3 rows by batch, 2 live", c)
+	}
+	if !strings.Contains(r.stderr, " calls=2") || !strings.Contains(r.stderr, "answered=3 failed=0 resubmitted=0 missing=2") {
+		t.Errorf("summary: %s", r.stderr)
+	}
+}
+
+// A cache hit is never submitted, and a batch's answers fill the cache;
+// the spend is at the batch price (--batch-discount of the live one).
+func TestBatchCacheAndBatchPrice(t *testing.T) {
+	f := &fakehf.Batch{Token: batchKey}
+	srv := fakehf.StartBatch(f)
+	defer srv.Close()
+	defer f.Close()
+	cacheDir := t.TempDir()
+	in := writeFile(t, "in.csv", manyRows(4, func(i int) string { return fmt.Sprintf("lovely %d", i) }))
+	args := func(out string) []string {
+		return append([]string{"classify", in, "-o", out, "--token-env", "OPENAI_API_KEY", "--cache-dir", cacheDir,
+			"--batch-api", "--batch-poll", "10ms", "--no-progress", "--price-in", "1", "--price-out", "2", "--batch-discount", "0.5"}, chatArgs(srv.URL)...)
+	}
+	out1 := filepath.Join(t.TempDir(), "out.csv")
+	r := runMain(t, map[string]string{"OPENAI_API_KEY": batchKey}, "", args(out1)...)
+	if r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	for i, g := range readRows(t, out1) {
+		var p, c int
+		var usd float64
+		fmt.Sscan(g["prompt_tokens"], &p)
+		fmt.Sscan(g["completion_tokens"], &c)
+		fmt.Sscan(g["cost_usd"], &usd)
+		want := (float64(p)*1 + float64(c)*2) / 1e6 * 0.5
+		if p == 0 || usd < want*0.999 || usd > want*1.001 {
+			t.Errorf("row %d: cost_usd %s for %d+%d tokens, want %.8f (half the live price)", i, g["cost_usd"], p, c, want)
+		}
+	}
+	// A second run of the same rows: every one a cache hit, nothing uploaded.
+	out2 := filepath.Join(t.TempDir(), "out.csv")
+	r = runMain(t, map[string]string{"OPENAI_API_KEY": batchKey}, "", args(out2)...)
+	if r.code != 0 {
+		t.Fatalf("second run: exit %d: %s", r.code, r.stderr)
+	}
+	for i, g := range readRows(t, out2) {
+		if g["cached"] != "true" || g["outcome"] != "success" {
+			t.Errorf("second run row %d: %v", i, g)
+		}
+	}
+	if c := f.Counts(); c.Uploads != 1 || c.Creates != 1 || c.Lines != 4 {
+		t.Errorf("counts %+v: the second run submitted rows the cache held", c)
+	}
+}
