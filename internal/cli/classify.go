@@ -68,7 +68,10 @@ Every final answer is kept in a response cache across runs, under the key of
 the exact request (--cache-dir, default the user's cache directory/hfsent;
 --no-cache bypasses it): the same request is never paid for twice.
 --dry-run prints what a run would send, cost and take, without a call;
---max-spend stops a run before it spends more.
+--max-spend stops a run before it spends more. With --provider chat,
+--batch-api sends the rows through the provider's OpenAI-style Batch API at
+its batch price instead of live calls, recording the batches beside
+--output for --resume (docs/guides/batch-api.md).
 Text, label and error that begin with = + - @ tab or CR get a leading ' so
 that a spreadsheet does not run them as formulas (--raw-csv: as they are);
 request_id is written exactly as read.
