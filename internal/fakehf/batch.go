@@ -120,9 +120,10 @@ type Batch struct {
 
 	seq atomic.Int64 // ids
 
-	mu    sync.Mutex // jobs, order; taken before a job's lock, never after
-	jobs  map[string]*batchJob
-	order []*batchJob
+	mu           sync.Mutex // jobs, order, peakEnqueued; taken before a job's lock, never after
+	jobs         map[string]*batchJob
+	order        []*batchJob
+	peakEnqueued int
 
 	fmu   sync.Mutex // files; a leaf lock
 	files map[string]*batchFile
@@ -132,8 +133,12 @@ type Batch struct {
 
 // BatchCounts is what a Batch was asked to do: uploads, creates, polls (GET
 // of one batch), downloads (file content), cancels, live chat calls, and
-// the request lines its batches answered.
-type BatchCounts struct{ Uploads, Creates, Polls, Downloads, Cancels, Live, Lines int64 }
+// the request lines its batches answered; PeakEnqueued is the most tokens
+// (BatchTokens) its accepted, unended batches held at once.
+type BatchCounts struct {
+	Uploads, Creates, Polls, Downloads, Cancels, Live, Lines int64
+	PeakEnqueued                                             int64
+}
 
 // BatchInfo is one batch as the fake sees it. CreatedAt and EndedAt are on
 // the fake's clock (with StepTime, creation + steps*StepTime), so EndedAt -
@@ -180,7 +185,10 @@ func (b *Batch) Close() error {
 
 // Counts is what b was asked to do so far.
 func (b *Batch) Counts() BatchCounts {
-	return BatchCounts{Uploads: b.uploads.Load(), Creates: b.creates.Load(), Polls: b.polls.Load(),
+	b.mu.Lock()
+	peak := int64(b.peakEnqueued)
+	b.mu.Unlock()
+	return BatchCounts{PeakEnqueued: peak, Uploads: b.uploads.Load(), Creates: b.creates.Load(), Polls: b.polls.Load(),
 		Downloads: b.downloads.Load(), Cancels: b.cancels.Load(), Live: b.live.Load(), Lines: b.lines.Load()}
 }
 

@@ -92,10 +92,13 @@ func (b *Batch) create(w http.ResponseWriter, r *http.Request) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	b.mu.Lock()
-	if len(j.fail) == 0 && b.TokenLimit > 0 {
-		if enq := b.enqueued(j.created); enq+j.tokens > b.TokenLimit {
+	if len(j.fail) == 0 {
+		enq := b.enqueued(j.created)
+		if b.TokenLimit > 0 && enq+j.tokens > b.TokenLimit {
 			j.fail = []batchError{{Code: "token_limit_exceeded", Message: "Enqueued token limit reached for " + j.model +
 				" in organization org-fake. Limit: " + commas(b.TokenLimit) + " enqueued tokens. Please try again once some in_progress batches have been completed."}}
+		} else {
+			b.peakEnqueued = max(b.peakEnqueued, enq+j.tokens)
 		}
 	}
 	j.id = b.id("batch_")
