@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 )
@@ -335,16 +336,10 @@ func (b *Batch) writeLine(dst *lineFile, kind string, line []byte) error {
 
 // batchOutLine is a line of an output or error file (batch_request_output).
 type batchOutLine struct {
-	ID       string        `json:"id"`
-	CustomID string        `json:"custom_id"`
-	Response *batchOutResp `json:"response"`
-	Error    *batchLineErr `json:"error"`
-}
-
-type batchOutResp struct {
-	StatusCode int             `json:"status_code"`
-	RequestID  string          `json:"request_id"`
-	Body       json.RawMessage `json:"body"`
+	ID       string          `json:"id"`
+	CustomID string          `json:"custom_id"`
+	Response json.RawMessage `json:"response"` // nil: null
+	Error    *batchLineErr   `json:"error"`
 }
 
 type batchLineErr struct {
@@ -371,10 +366,21 @@ func (b *Batch) answer(j *batchJob, l requestLine) ([]byte, bool) {
 	if status == 0 {
 		status, body = b.liveAnswer(l.Body)
 	}
-	out := batchOutLine{ID: "batch_req_" + j.id[len("batch_"):] + "_" + n, CustomID: l.CustomID,
-		Response: &batchOutResp{StatusCode: status, RequestID: "req_" + j.id[len("batch_"):] + "_" + n, Body: body}}
-	line, _ := json.Marshal(out)
+	// Written by hand rather than marshalled: body is JSON already, and
+	// checking it again cost a quarter of a line's time.
+	suffix := j.id[len("batch_"):] + "_" + n
+	line := make([]byte, 0, len(body)+len(l.CustomID)+160)
+	line = append(line, `{"id":"batch_req_`+suffix+`","custom_id":`...)
+	line = appendJSONString(line, l.CustomID)
+	line = append(line, `,"response":{"status_code":`+strconv.Itoa(status)+`,"request_id":"req_`+suffix+`","body":`...)
+	line = append(line, body...)
+	line = append(line, `},"error":null}`...)
 	return line, status/100 != 2
+}
+
+func appendJSONString(dst []byte, s string) []byte {
+	q, _ := json.Marshal(s)
+	return append(dst, q...)
 }
 
 // liveAnswer is what the Chat fake answers body live (a body that is not
@@ -385,8 +391,12 @@ func (b *Batch) liveAnswer(body []byte) (int, []byte) {
 	req.Header.Set("Content-Type", "application/json")
 	b.line.ServeHTTP(rec, req)
 	out := bytes.TrimSpace(rec.Body.Bytes())
-	if !json.Valid(out) {
-		out, _ = json.Marshal(string(out))
+	// The Chat's JSON answers are marshalled; only a Raw body or a
+	// text/plain refusal needs checking.
+	if b.line.Raw != nil || !strings.HasPrefix(rec.Header().Get("Content-Type"), "application/json") {
+		if !json.Valid(out) {
+			out, _ = json.Marshal(string(out))
+		}
 	}
 	return rec.Code, out
 }
