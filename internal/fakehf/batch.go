@@ -34,12 +34,14 @@ import (
 // The fake's clock. A batch moves validating -> in_progress -> finalizing ->
 // completed, Steps steps in each. A step is one poll of that batch (GET
 // {root}/batches/{id}) when StepTime is 0, so a test controls progress
-// exactly; with StepTime set a step is StepTime of wall time from the
-// batch's creation and polls do not move it, so a benchmark's wall time can
-// be set against the fake's processing time (3*Steps*StepTime a batch). The
-// work is done lazily, when a batch is looked at, but timestamps are the
-// fake clock's. Lines are answered during in_progress: after in_progress
-// step i (0-based) about (i+1)/(Steps+1) of them, the rest on entering
+// exactly, and the poll that makes a step does its work before answering.
+// With StepTime set, a step is StepTime of wall time from the batch's
+// creation, taken by a worker goroutine of the batch's own, and polls do
+// not move it (nor wait on it): a benchmark's wall time can be set against
+// the fake's processing time (3*Steps*StepTime a batch, more if the machine
+// is too busy for the work; Snapshot's EndedAt - CreatedAt is what it
+// took). Lines are answered during in_progress: after in_progress step i
+// (0-based) about (i+1)/(Steps+1) of them, the rest on entering
 // finalizing, so request_counts grow while a client polls.
 //
 // Storage. Uploaded files and the output and error files are kept on disk
@@ -118,6 +120,10 @@ type Batch struct {
 	line     *Chat
 	mux      *http.ServeMux
 
+	done      chan struct{} // closed by Close: the workers stop
+	closeOnce sync.Once
+	wg        sync.WaitGroup // the workers
+
 	seq atomic.Int64 // ids
 
 	mu           sync.Mutex // jobs, order, peakEnqueued; taken before a job's lock, never after
@@ -140,9 +146,8 @@ type BatchCounts struct {
 	PeakEnqueued                                             int64
 }
 
-// BatchInfo is one batch as the fake sees it. CreatedAt and EndedAt are on
-// the fake's clock (with StepTime, creation + steps*StepTime), so EndedAt -
-// CreatedAt is the fake's processing time; EndedAt is zero until it ends.
+// BatchInfo is one batch as the fake sees it. EndedAt - CreatedAt is the
+// fake's processing time; EndedAt is zero until it ends.
 type BatchInfo struct {
 	ID, Status               string
 	Lines, Completed, Failed int
@@ -168,8 +173,15 @@ func (b *Batch) Handler() http.Handler {
 	return http.HandlerFunc(b.serve)
 }
 
-// Close removes the files b kept, if it made their directory.
+// Close stops b's workers (StepTime) and removes the files b kept, if it
+// made their directory. Call it when done with b, before its Dir goes.
 func (b *Batch) Close() error {
+	b.closeOnce.Do(func() {
+		if b.done != nil {
+			close(b.done)
+		}
+	})
+	b.wg.Wait()
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for _, j := range b.order {
@@ -192,8 +204,8 @@ func (b *Batch) Counts() BatchCounts {
 		Downloads: b.downloads.Load(), Cancels: b.cancels.Load(), Live: b.live.Load(), Lines: b.lines.Load()}
 }
 
-// Snapshot is every batch in creation order. It is not a poll: with Steps it
-// moves nothing; with StepTime it brings each batch up to the clock.
+// Snapshot is every batch in creation order. It is not a poll: it moves
+// nothing.
 func (b *Batch) Snapshot() []BatchInfo {
 	b.mu.Lock()
 	jobs := append([]*batchJob(nil), b.order...)
@@ -223,6 +235,7 @@ func (b *Batch) init() {
 		b.line = &Chat{Answer: c.Answer, RefuseLogprobs: c.RefuseLogprobs, Backend: c.Backend,
 			Context: c.Context, ContextAPI: c.ContextAPI, ContextModel: c.ContextModel,
 			Truncate: c.Truncate, Raw: c.Raw, NoRecord: true}
+		b.done = make(chan struct{})
 		b.jobs = map[string]*batchJob{}
 		b.files = map[string]*batchFile{}
 		m := http.NewServeMux()

@@ -30,6 +30,7 @@ func startBatchT(t *testing.T, b *Batch) (*httptest.Server, *batchClient) {
 	}
 	srv := StartBatch(b)
 	t.Cleanup(srv.Close)
+	t.Cleanup(func() { _ = b.Close() }) // before the Dir goes
 	return srv, &batchClient{t: t, root: srv.URL + "/v1", token: b.Token}
 }
 
@@ -537,8 +538,8 @@ func TestBatchStreamedUpload(t *testing.T) {
 	}
 }
 
-// With StepTime, polls do not move a batch; its steps are on the fake's
-// clock, so its processing time is 3*Steps*StepTime whenever it is seen.
+// With StepTime, polls do not move a batch: its worker does, a step each
+// StepTime, so its processing time is at least 3*Steps*StepTime.
 func TestBatchStepTime(t *testing.T) {
 	b := &Batch{StepTime: time.Hour}
 	_, c := startBatchT(t, b)
@@ -550,14 +551,43 @@ func TestBatchStepTime(t *testing.T) {
 	}
 	b2 := &Batch{StepTime: time.Millisecond, Steps: 2}
 	_, c2 := startBatchT(t, b2)
-	id = c2.submit(requests(3, plainText)).ID
-	time.Sleep(20 * time.Millisecond)
-	if end := c2.get(id); end.Status != "completed" || end.RequestCounts.Completed != 3 {
+	id = c2.submit(requests(600, plainText)).ID
+	var end batchObj
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		if end = c2.get(id); end.Status == "completed" {
+			break
+		}
+	}
+	if end.Status != "completed" || end.RequestCounts.Completed != 600 || len(c2.content(*end.OutputFileID)) != 600 {
 		t.Fatalf("%+v", end)
 	}
 	s := b2.Snapshot()[0]
-	if d := s.EndedAt.Sub(s.CreatedAt); d != 6*time.Millisecond {
-		t.Fatalf("processing time %v, want 6ms", d)
+	if d := s.EndedAt.Sub(s.CreatedAt); d < 6*time.Millisecond {
+		t.Fatalf("processing time %v, under 3*Steps*StepTime", d)
+	}
+	if n := b2.Counts().Lines; n != 600 {
+		t.Fatalf("lines %d", n)
+	}
+}
+
+// A user cancel stops a StepTime batch's worker mid-work; the batch ends
+// cancelled with what it answered.
+func TestBatchStepTimeCancel(t *testing.T) {
+	b := &Batch{StepTime: 20 * time.Millisecond}
+	_, c := startBatchT(t, b)
+	id := c.submit(requests(50, plainText)).ID
+	st, body := c.do("POST", "/batches/"+id+"/cancel", "", nil)
+	if got := decodeBatch(t, st, body); got.Status != "cancelling" {
+		t.Fatalf("cancel: %s", got.Status)
+	}
+	var end batchObj
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		if end = c.get(id); end.Status != "cancelling" {
+			break
+		}
+	}
+	if end.Status != "cancelled" || end.RequestCounts.Completed != 0 || end.OutputFileID != nil {
+		t.Fatalf("%+v", end)
 	}
 }
 

@@ -105,6 +105,10 @@ func (b *Batch) create(w http.ResponseWriter, r *http.Request) {
 	j.id = b.id("batch_")
 	b.jobs[j.id] = j
 	b.order = append(b.order, j)
+	if b.StepTime > 0 {
+		b.wg.Add(1)
+		go b.run(j)
+	}
 	b.mu.Unlock()
 	writeJSON(w, 200, j.object())
 }
@@ -188,33 +192,50 @@ func (b *Batch) cancel(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if j.status != "cancelling" {
-		j.enter("cancelling", j.clock(b))
+		j.enter("cancelling", time.Now())
 	}
 	o := j.object()
 	j.mu.Unlock()
 	writeJSON(w, 200, o)
 }
 
-// advance brings j up to the fake's clock: its polls, or with StepTime the
-// time since it was created. The caller holds j.mu.
-func (b *Batch) advance(j *batchJob, now time.Time) {
-	target := j.polls
+// advance brings j up to its polls (each poll a step). With StepTime it
+// does nothing: j's worker (run) moves it on the clock, so that a poll
+// never waits on the work. The caller holds j.mu.
+func (b *Batch) advance(j *batchJob, _ time.Time) {
 	if b.StepTime > 0 {
-		target = int(now.Sub(j.created) / b.StepTime)
+		return
 	}
-	for j.tick < target && !j.isEnded() {
+	for j.tick < j.polls && !j.isEnded() {
 		j.tick++
 		b.step(j)
 	}
 }
 
-// clock is the time of j's current step: with StepTime, on the fake's
-// clock; else now.
-func (j *batchJob) clock(b *Batch) time.Time {
-	if b.StepTime > 0 {
-		return j.created.Add(time.Duration(j.tick) * b.StepTime)
+// run is j's worker with StepTime: a step at each StepTime from j's
+// creation (late if the machine is busy; the timestamps are when it ran),
+// until j ends or b is closed.
+func (b *Batch) run(j *batchJob) {
+	defer b.wg.Done()
+	for {
+		j.mu.Lock()
+		next, ended := j.created.Add(time.Duration(j.tick+1)*b.StepTime), j.isEnded()
+		j.mu.Unlock()
+		if ended {
+			return
+		}
+		t := time.NewTimer(time.Until(next))
+		select {
+		case <-b.done:
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		j.mu.Lock()
+		j.tick++
+		b.step(j)
+		j.mu.Unlock()
 	}
-	return time.Now()
 }
 
 // step moves j one step on: validating for Steps, in_progress for Steps
@@ -222,7 +243,7 @@ func (j *batchJob) clock(b *Batch) time.Time {
 // end of validating, expired at the end of in_progress if lines are left
 // (ExpireAfter), cancelled a step after cancelling.
 func (b *Batch) step(j *batchJob) {
-	s, t, now := b.steps(), j.tick, j.clock(b)
+	s, t, now := b.steps(), j.tick, time.Now()
 	switch j.status {
 	case "validating":
 		if t < s {
@@ -272,6 +293,12 @@ func (b *Batch) work(j *batchJob, i int, now time.Time) {
 			j.fail = []batchError{{Code: "server_error", Message: "The fake could not read the input file: " + err.Error()}}
 			b.finish(j, "failed", now)
 			return
+		}
+		if b.StepTime > 0 && j.processed%64 == 0 {
+			// The worker lets polls and cancels in between lines; a
+			// cancel stops it (the status is no longer in_progress).
+			j.mu.Unlock()
+			j.mu.Lock()
 		}
 	}
 	if j.status == "in_progress" && b.CancelAfter > 0 && j.processed >= b.CancelAfter && j.processed < j.total {
