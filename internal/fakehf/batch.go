@@ -19,6 +19,7 @@ import (
 //	POST {root}/files                multipart: purpose=batch, file=<jsonl>
 //	GET  {root}/files/{id}           the file object
 //	GET  {root}/files/{id}/content   the file's bytes (input, output or error)
+//	DELETE {root}/files/{id}         {"id", "object": "file", "deleted": true}
 //	POST {root}/batches              {"input_file_id", "endpoint", "completion_window"}
 //	GET  {root}/batches              the batches, newest first
 //	GET  {root}/batches/{id}         the batch object
@@ -29,7 +30,10 @@ import (
 // batch_error.py, file_object.py) and the request/output line formats of
 // OpenAI's batch guide. Each request line is answered through the Chat
 // fake's own handler (its magic texts, structured outputs and errors), so a
-// line answers exactly what the same body answers live.
+// line answers exactly what the same body answers live: a 200 goes to the
+// output file, anything else to the error file with its status and body
+// (#context# is a 400 context_length_exceeded there; #429# is a 429 the
+// first time its text is sent in any batch, then answered, as live).
 //
 // The fake's clock. A batch moves validating -> in_progress -> finalizing ->
 // completed, Steps steps in each. A step is one poll of that batch (GET
@@ -242,6 +246,7 @@ func (b *Batch) init() {
 		m.HandleFunc("POST /v1/files", b.upload)
 		m.HandleFunc("GET /v1/files/{id}", b.fileObject)
 		m.HandleFunc("GET /v1/files/{id}/content", b.content)
+		m.HandleFunc("DELETE /v1/files/{id}", b.deleteFile)
 		m.HandleFunc("POST /v1/batches", b.create)
 		m.HandleFunc("GET /v1/batches", b.list)
 		m.HandleFunc("GET /v1/batches/{id}", b.get)

@@ -637,3 +637,32 @@ func TestBatchConcurrent(t *testing.T) {
 		t.Fatalf("ok %d counts %+v", ok, b.Counts())
 	}
 }
+
+// The file object, the list of batches (newest first) and deleting a file.
+func TestBatchListAndFiles(t *testing.T) {
+	_, c := startBatchT(t, &Batch{})
+	first := c.submit(requests(1, plainText))
+	second := c.submit(requests(2, plainText))
+	st, body := c.do("GET", "/batches", "", nil)
+	var list struct {
+		Object string
+		Data   []batchObj
+	}
+	_ = json.Unmarshal(body, &list)
+	if st != 200 || list.Object != "list" || len(list.Data) != 2 || list.Data[0].ID != second.ID || list.Data[1].ID != first.ID {
+		t.Fatalf("%d %s", st, body)
+	}
+	st, body = c.do("GET", "/files/"+first.InputFileID, "", nil)
+	if st != 200 || !strings.Contains(string(body), `"purpose":"batch"`) {
+		t.Fatalf("file object: %d %s", st, body)
+	}
+	if st, body = c.do("DELETE", "/files/"+first.InputFileID, "", nil); st != 200 || !strings.Contains(string(body), `"deleted":true`) {
+		t.Fatalf("delete: %d %s", st, body)
+	}
+	if st, _ = c.do("GET", "/files/"+first.InputFileID+"/content", "", nil); st != 404 {
+		t.Fatalf("content of a deleted file: %d", st)
+	}
+	if end, _ := c.pollUntilEnded(first.ID, 10); end.Status != "completed" {
+		t.Fatalf("a batch whose input was deleted: %s", end.Status)
+	}
+}
