@@ -4,12 +4,9 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"mime/multipart"
 	"net/http"
-	"net/textproto"
 	"net/url"
 	"strings"
-	"sync"
 	"time"
 )
 
@@ -33,7 +30,13 @@ type wireBatch struct {
 	CompletionWindow string  `json:"completion_window"`
 	CreatedAt        int64   `json:"created_at"`
 	ExpiresAt        *int64  `json:"expires_at"`
-	RequestCounts    *struct {
+	Model            *string `json:"model"`
+	Usage            *struct {
+		InputTokens  int `json:"input_tokens"`
+		OutputTokens int `json:"output_tokens"`
+		TotalTokens  int `json:"total_tokens"`
+	} `json:"usage"`
+	RequestCounts *struct {
 		Total     int `json:"total"`
 		Completed int `json:"completed"`
 		Failed    int `json:"failed"`
@@ -58,6 +61,10 @@ func (w wireBatch) batch(op, token string) (Batch, error) {
 	if w.ExpiresAt != nil {
 		b.ExpiresAt = *w.ExpiresAt
 	}
+	b.Model = clean(deref(w.Model), 200)
+	if u := w.Usage; u != nil {
+		b.Usage = Usage{Input: u.InputTokens, Output: u.OutputTokens, Total: u.TotalTokens}
+	}
 	if rc := w.RequestCounts; rc != nil {
 		b.Counts = RequestCounts{Total: rc.Total, Completed: rc.Completed, Failed: rc.Failed}
 	}
@@ -73,6 +80,34 @@ func (w wireBatch) batch(op, token string) (Batch, error) {
 	return b, nil
 }
 
+// batch is w as a Batch; a status this client does not know is kept, and
+// told once per call: the provider may have added one.
+func (c *Client) batch(op string, w wireBatch) (Batch, error) {
+	b, err := w.batch(op, c.Token)
+	if err == nil && !knownStatus(b.Status) && c.Log != nil {
+		c.Log.Warn("the provider answered a batch status this client does not know; the batch is taken as not ended", "batch", b.ID, "status", clean(b.Status, 40))
+	}
+	return b, err
+}
+
+// maxID bounds a file or batch id.
+const maxID = 256
+
+// checkID refuses an id that is not one: empty, too long, or holding what
+// would change the path it is put in ("/", "?", "#", "%", a dot segment,
+// spaces or control characters). The ids come from the provider and from
+// a resume file, which may have been edited.
+func checkID(op, kind, id string) error {
+	bad := id == "" || len(id) > maxID || id == "." || id == ".." || strings.ContainsAny(id, "/?#%\\")
+	for i := 0; i < len(id) && !bad; i++ {
+		bad = id[i] <= ' ' || id[i] >= 0x7f
+	}
+	if bad {
+		return &Error{Op: op, msg: fmt.Sprintf("%q is not a %s id", clean(id, 60), kind), local: true}
+	}
+	return nil
+}
+
 func deref[T any](p *T) T {
 	var zero T
 	if p == nil {
@@ -81,119 +116,47 @@ func deref[T any](p *T) T {
 	return *p
 }
 
-// Upload streams jsonl to {root}/files as a batch input file (multipart,
-// purpose=batch) under the file name name. The file is never held whole in
-// memory: it is copied from jsonl into the request as the request is sent.
-// It is bounded by ctx only (Timeout would cut a large file).
-// jsonl is read to its end or to the first error; Upload returns only once
-// it reads it no more. An upload is not retried: it may have been stored.
-func (c *Client) Upload(ctx context.Context, name string, jsonl io.Reader) (File, error) {
-	const op = "upload"
-	pr, pw := io.Pipe()
-	mw := multipart.NewWriter(pw)
-	var wg sync.WaitGroup
-	var sent int64
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		n, err := writeMultipart(mw, name, jsonl)
-		sent = n
-		pw.CloseWithError(err) // nil: EOF for the reader
-	}()
-	// Whatever happens to the request, the writer is stopped and waited
-	// for before Upload returns: jsonl is the caller's again.
-	defer func() {
-		pr.CloseWithError(errUploadDone)
-		wg.Wait()
-	}()
-
-	req, err := c.newRequest(ctx, http.MethodPost, "/files", pr)
-	if err != nil {
-		return File{}, err
-	}
-	req.Header.Set("Content-Type", mw.FormDataContentType())
-	resp, err := c.send(ctx, op, req)
-	if err != nil {
-		return File{}, err
-	}
-	defer resp.Body.Close()
-	var w wireFile
-	if err := decode(op, resp, &w); err != nil {
-		return File{}, err
-	}
-	if w.ID == "" {
-		return File{}, &Error{Op: op, Status: resp.StatusCode, msg: "the answer is not a file (no id)"}
-	}
-	pr.CloseWithError(errUploadDone)
-	wg.Wait()
-	if w.Bytes != 0 && w.Bytes != sent && c.Log != nil {
-		c.Log.Warn("the provider stored a batch input file of another size than sent", "file", w.ID, "sent", sent, "stored", w.Bytes)
-	}
-	return File{ID: w.ID, Bytes: w.Bytes, Status: w.Status}, nil
-}
-
-var errUploadDone = fmt.Errorf("upload ended")
-
-// writeMultipart writes the form: purpose=batch, then the file. It returns
-// the file's bytes copied.
-func writeMultipart(mw *multipart.Writer, name string, jsonl io.Reader) (int64, error) {
-	if err := mw.WriteField("purpose", "batch"); err != nil {
-		return 0, err
-	}
-	h := textproto.MIMEHeader{}
-	h.Set("Content-Disposition", fmt.Sprintf(`form-data; name="file"; filename="%s"`, quoteName(name)))
-	h.Set("Content-Type", "application/jsonl")
-	part, err := mw.CreatePart(h)
-	if err != nil {
-		return 0, err
-	}
-	n, err := io.Copy(part, jsonl)
-	if err != nil {
-		return n, err
-	}
-	return n, mw.Close()
-}
-
-// quoteName makes a file name safe inside a quoted header parameter.
-func quoteName(s string) string {
-	if s == "" {
-		s = "batch.jsonl"
-	}
-	return strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\r", "", "\n", "").Replace(s)
-}
-
 // Create creates a batch of the requests in the uploaded file inputFileID,
 // for /v1/chat/completions within 24h. It is not retried: a batch made
 // twice is paid for twice.
 func (c *Client) Create(ctx context.Context, inputFileID string) (Batch, error) {
 	const op = "create"
+	if err := checkID(op, "file", inputFileID); err != nil {
+		return Batch{}, err
+	}
 	in := map[string]string{"input_file_id": inputFileID, "endpoint": EndpointChat, "completion_window": CompletionWindow}
 	var w wireBatch
 	if err := c.do(ctx, op, http.MethodPost, "/batches", in, &w, false); err != nil {
 		return Batch{}, err
 	}
-	return w.batch(op, c.Token)
+	return c.batch(op, w)
 }
 
 // Get asks for a batch as it is now. It is retried (429, 5xx, no answer).
 func (c *Client) Get(ctx context.Context, id string) (Batch, error) {
 	const op = "get"
+	if err := checkID(op, "batch", id); err != nil {
+		return Batch{}, err
+	}
 	var w wireBatch
 	if err := c.do(ctx, op, http.MethodGet, "/batches/"+url.PathEscape(id), nil, &w, true); err != nil {
 		return Batch{}, err
 	}
-	return w.batch(op, c.Token)
+	return c.batch(op, w)
 }
 
 // Cancel asks the provider to cancel a batch; it answers "cancelling",
 // later "cancelled" (Get). The rows it completed stay in its output.
 func (c *Client) Cancel(ctx context.Context, id string) (Batch, error) {
 	const op = "cancel"
+	if err := checkID(op, "batch", id); err != nil {
+		return Batch{}, err
+	}
 	var w wireBatch
 	if err := c.do(ctx, op, http.MethodPost, "/batches/"+url.PathEscape(id)+"/cancel", nil, &w, false); err != nil {
 		return Batch{}, err
 	}
-	return w.batch(op, c.Token)
+	return c.batch(op, w)
 }
 
 // Content opens a file's content ({root}/files/{id}/content) as a stream.
@@ -201,13 +164,16 @@ func (c *Client) Cancel(ctx context.Context, id string) (Batch, error) {
 // error is the stream's, and ctx still bounds it. Close it.
 func (c *Client) Content(ctx context.Context, fileID string) (io.ReadCloser, error) {
 	const op = "content"
+	if err := checkID(op, "file", fileID); err != nil {
+		return nil, err
+	}
 	var body io.ReadCloser
 	err := c.retry(ctx, op, func(ctx context.Context) error {
 		// The stream outlives the wait for its headers: a timer cancels
 		// the attempt if no headers come in time, and is stopped once they
 		// do. Closing the stream cancels it.
 		sctx, cancel := context.WithCancel(ctx)
-		req, err := c.newRequest(sctx, http.MethodGet, "/files/"+url.PathEscape(fileID)+"/content", nil)
+		req, err := c.newRequest(sctx, op, http.MethodGet, "/files/"+url.PathEscape(fileID)+"/content", nil)
 		if err != nil {
 			cancel()
 			return err

@@ -63,10 +63,18 @@ type Batch struct {
 	// CreatedAt and ExpiresAt are Unix seconds (0: not said).
 	CreatedAt, ExpiresAt int64
 	Counts               RequestCounts
+	// Model is the model the provider says ran the batch ("" if not said).
+	Model string
+	// Usage is the tokens the batch used, when the provider says (OpenAI,
+	// for batches created since September 2025).
+	Usage Usage
 	// Errors are the batch's own errors (validation, the token cap), not
 	// those of its requests (those are in the error file).
 	Errors []BatchError
 }
+
+// Usage is a batch's usage: input, output and total tokens.
+type Usage struct{ Input, Output, Total int }
 
 // RequestCounts is a batch's request_counts.
 type RequestCounts struct{ Total, Completed, Failed int }

@@ -105,24 +105,24 @@ func (c *Client) timeout() time.Duration {
 }
 
 // url is Root + path; the query of Root (a key some proxies take) is kept.
-func (c *Client) url(path string) (string, error) {
+func (c *Client) url(op, path string) (string, error) {
 	u, err := url.Parse(c.Root)
 	if err != nil || u.Host == "" {
-		return "", &Error{Op: "config", msg: fmt.Sprintf("root %q is not a URL", redact.URL(c.Root))}
+		return "", &Error{Op: op, msg: fmt.Sprintf("root %q is not a URL", redact.URL(c.Root)), local: true}
 	}
 	u.Path = strings.TrimSuffix(u.Path, "/") + path
 	u.RawPath = ""
 	return u.String(), nil
 }
 
-func (c *Client) newRequest(ctx context.Context, method, path string, body io.Reader) (*http.Request, error) {
-	target, err := c.url(path)
+func (c *Client) newRequest(ctx context.Context, op, method, path string, body io.Reader) (*http.Request, error) {
+	target, err := c.url(op, path)
 	if err != nil {
 		return nil, err
 	}
 	req, err := http.NewRequestWithContext(ctx, method, target, body)
 	if err != nil {
-		return nil, &Error{Op: "config", msg: "cannot build the request", Err: err}
+		return nil, &Error{Op: op, msg: "cannot build the request", Err: err, local: true}
 	}
 	req.Header.Set("Accept", "application/json")
 	ua := c.UserAgent
@@ -191,7 +191,7 @@ func (c *Client) do(ctx context.Context, op, method, path string, in, v any, ide
 	if in != nil {
 		b, err := json.Marshal(in)
 		if err != nil {
-			return &Error{Op: op, msg: "cannot encode the request", Err: err}
+			return &Error{Op: op, msg: "cannot encode the request", Err: err, local: true}
 		}
 		payload = b
 	}
@@ -202,7 +202,7 @@ func (c *Client) do(ctx context.Context, op, method, path string, in, v any, ide
 		if payload != nil {
 			body = bytes.NewReader(payload)
 		}
-		req, err := c.newRequest(actx, method, path, body)
+		req, err := c.newRequest(actx, op, method, path, body)
 		if err != nil {
 			return err
 		}

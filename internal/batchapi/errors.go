@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -39,6 +40,8 @@ type Error struct {
 	// never printed raw.
 	Err error
 	msg string // what went wrong, without anything the server said
+	// local: the request was never sent (a root or an id that is not one).
+	local bool
 }
 
 func (e *Error) Error() string {
@@ -69,7 +72,7 @@ func (e *Error) Unwrap() error { return e.Err }
 // twice. The client itself retries only what is idempotent (get, content).
 func (e *Error) Retryable() bool {
 	switch {
-	case e.Code == "insufficient_quota":
+	case e.local, e.Code == "insufficient_quota":
 		return false
 	case e.Status == 0, e.Status == 408, e.Status == 429, e.Status >= 500:
 		return true
@@ -86,6 +89,8 @@ func (e *Error) Final() bool {
 // Outcome maps the error to hfsent's outcome table, as a live call's would.
 func (e *Error) Outcome() outcome.Code {
 	switch {
+	case e.local:
+		return outcome.UpstreamEndpoint
 	case e.Status == 0 && errors.Is(e.Err, errTimeout):
 		return outcome.UpstreamTimeout
 	case e.Status == 0:
@@ -183,8 +188,7 @@ func statusError(op string, resp *http.Response, body []byte, token string, now 
 // clients read it first), else Retry-After (seconds or an HTTP date).
 func retryAfter(h http.Header, now time.Time) time.Duration {
 	if v := strings.TrimSpace(h.Get("Retry-After-Ms")); v != "" {
-		var ms float64
-		if _, err := fmt.Sscanf(v, "%g", &ms); err == nil && ms > 0 && ms <= 86400e3 {
+		if ms, err := strconv.ParseFloat(v, 64); err == nil && ms > 0 && ms <= 86400e3 {
 			return time.Duration(ms * float64(time.Millisecond))
 		}
 	}

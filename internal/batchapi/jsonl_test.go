@@ -99,6 +99,8 @@ func TestReadResultsShapes(t *testing.T) {
 		{`{"custom_id":"r1","response":"ok"}`, 1, "not an object"},
 		{`{"custom_id":"r1","error":"boom"}`, 1, "error is not"},
 		{`[1]`, 1, "not a JSON object"},
+		{`{"custom_id":"r1","custom_id":"r2","response":{"status_code":200,"body":{}}}`, 1, "twice"},
+		{`{"custom_id":"r1","response":{"status_code":200,"body":{}},"response":null,"error":{"code":"x"}}`, 1, "twice"},
 		{`{"custom_id":"r1","response":{"status_code":200,"body":{}}} x`, 1, "not valid JSON"},
 	} {
 		err := ReadResults(strings.NewReader(c.text), 0, func(int, Result) error { return nil })

@@ -140,6 +140,11 @@ func parseResult(b []byte) (Result, string, error) {
 	if err := json.Unmarshal(b, &w); err != nil {
 		return Result{}, "not valid JSON", nil
 	}
+	if mayRepeat(b) && repeatsKey(b) {
+		// encoding/json keeps the last of a repeated key: which custom_id,
+		// response or error the provider meant is not known.
+		return Result{}, "a key given twice", nil
+	}
 	var res Result
 	if isAbsent(w.CustomID) {
 		return Result{}, "no custom_id", nil
@@ -173,6 +178,47 @@ func parseResult(b []byte) (Result, string, error) {
 		return Result{}, "neither a response nor an error", nil
 	}
 	return res, "", nil
+}
+
+// keys is what a line's top level is read for.
+var keys = [][]byte{[]byte(`"custom_id"`), []byte(`"response"`), []byte(`"error"`)}
+
+// mayRepeat reports whether a key ReadResults reads shows more than once
+// in the line, anywhere: the cheap test before repeatsKey reads the line's
+// top level.
+func mayRepeat(b []byte) bool {
+	for _, k := range keys {
+		if bytes.Count(b, k) > 1 {
+			return true
+		}
+	}
+	return false
+}
+
+// repeatsKey reports whether a valid JSON object has a key twice at its top
+// level.
+func repeatsKey(b []byte) bool {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	if _, err := dec.Token(); err != nil { // {
+		return false
+	}
+	seen := map[string]bool{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return false
+		}
+		k, _ := tok.(string)
+		if seen[k] {
+			return true
+		}
+		seen[k] = true
+		var skip json.RawMessage
+		if dec.Decode(&skip) != nil {
+			return false
+		}
+	}
+	return false
 }
 
 // readResponse reads a line's response into res; it returns what is wrong

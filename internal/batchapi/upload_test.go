@@ -67,19 +67,51 @@ func discardFiles(got *atomic.Int64) http.Handler {
 	})
 }
 
-// TestUploadStreams uploads 50 MB and checks that neither the bytes
+// TestUploadStreams uploads 50 MB, of unknown size (through the pipe) and
+// of known size (with a Content-Length), and checks that neither the bytes
 // allocated nor the heap at its highest come near the file's size: the
 // file is copied through, never held.
 func TestUploadStreams(t *testing.T) {
 	if testing.Short() {
-		t.Skip("50 MB upload")
+		t.Skip("50 MB uploads")
 	}
 	const size = 50 << 20
-	var got atomic.Int64
-	srv := httptest.NewServer(discardFiles(&got))
-	defer srv.Close()
-	c := &Client{HTTP: srv.Client(), Root: srv.URL + "/v1", Token: "sk-x"}
+	for _, c := range []struct {
+		name  string
+		input func() io.Reader
+	}{
+		{"piped", func() io.Reader { return newLines(size) }},
+		{"sized", func() io.Reader { return sizedLines{newLines(size)} }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var got atomic.Int64
+			srv := httptest.NewServer(discardFiles(&got))
+			defer srv.Close()
+			cl := &Client{HTTP: srv.Client(), Root: srv.URL + "/v1", Token: "sk-x"}
+			var f File
+			var err error
+			alloc, growth := measure(func() { f, err = cl.Upload(context.Background(), "big.jsonl", c.input()) })
+			if err != nil {
+				t.Fatal(err)
+			}
+			if f.Bytes != size || got.Load() != size {
+				t.Fatalf("stored %d, server read %d, want %d", f.Bytes, got.Load(), size)
+			}
+			t.Logf("50 MiB upload: %.1f MiB allocated in all, heap peak %.1f MiB over the start", float64(alloc)/(1<<20), float64(growth)/(1<<20))
+			// Client and server both in this process; holding the file
+			// once would allocate at least 50 MiB and raise the heap by
+			// as much.
+			const bound = 16 << 20
+			if alloc > bound || growth > bound {
+				t.Fatalf("allocated %d bytes, heap grew %d: the upload is held, not streamed (bound %d)", alloc, growth, bound)
+			}
+		})
+	}
+}
 
+// measure runs f and returns the bytes it allocated in all and how far
+// the heap rose above where it started, sampled every 5ms.
+func measure(f func()) (alloc uint64, growth int64) {
 	runtime.GC()
 	var before runtime.MemStats
 	runtime.ReadMemStats(&before)
@@ -101,39 +133,36 @@ func TestUploadStreams(t *testing.T) {
 			}
 		}
 	}()
-	f, err := c.Upload(context.Background(), "big.jsonl", newLines(size))
+	f()
 	close(stop)
 	<-sampled
-	if err != nil {
-		t.Fatal(err)
-	}
 	var after runtime.MemStats
 	runtime.ReadMemStats(&after)
-	if f.Bytes != size || got.Load() != size {
-		t.Fatalf("stored %d, server read %d, want %d", f.Bytes, got.Load(), size)
-	}
-	alloc := after.TotalAlloc - before.TotalAlloc
-	growth := int64(peak.Load()) - int64(before.HeapAlloc)
-	t.Logf("50 MiB upload: %.1f MiB allocated in all, heap peak %.1f MiB over the start", float64(alloc)/(1<<20), float64(growth)/(1<<20))
-	// Client and server both in this process; holding the file once
-	// would allocate at least 50 MiB and raise the heap by as much.
-	const bound = 16 << 20
-	if alloc > bound || growth > bound {
-		t.Fatalf("allocated %d bytes, heap grew %d: the upload is held, not streamed (bound %d)", alloc, growth, bound)
-	}
+	return after.TotalAlloc - before.TotalAlloc, int64(peak.Load()) - int64(before.HeapAlloc)
 }
 
+// BenchmarkUpload: allocations per upload do not grow with the file
+// (compare the sizes' B/op).
 func BenchmarkUpload(b *testing.B) {
-	const size = 8 << 20
-	var got atomic.Int64
-	srv := httptest.NewServer(discardFiles(&got))
-	defer srv.Close()
-	c := &Client{HTTP: srv.Client(), Root: srv.URL + "/v1"}
-	b.SetBytes(size)
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, err := c.Upload(context.Background(), "b.jsonl", newLines(size)); err != nil {
-			b.Fatal(err)
+	for _, size := range []int64{1 << 20, 16 << 20} {
+		for _, sized := range []bool{false, true} {
+			b.Run(fmt.Sprintf("%dMiB/sized=%v", size>>20, sized), func(b *testing.B) {
+				var got atomic.Int64
+				srv := httptest.NewServer(discardFiles(&got))
+				defer srv.Close()
+				c := &Client{HTTP: srv.Client(), Root: srv.URL + "/v1"}
+				b.SetBytes(size)
+				b.ReportAllocs()
+				for b.Loop() {
+					var r io.Reader = newLines(size)
+					if sized {
+						r = sizedLines{newLines(size)}
+					}
+					if _, err := c.Upload(context.Background(), "b.jsonl", r); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
 		}
 	}
 }

@@ -19,6 +19,7 @@ import (
 //	POST {root}/files                multipart: purpose=batch, file=<jsonl>
 //	GET  {root}/files/{id}           the file object
 //	GET  {root}/files/{id}/content   the file's bytes (input, output or error)
+//	DELETE {root}/files/{id}         {"id", "object": "file", "deleted": true}
 //	POST {root}/batches              {"input_file_id", "endpoint", "completion_window"}
 //	GET  {root}/batches              the batches, newest first
 //	GET  {root}/batches/{id}         the batch object
@@ -29,17 +30,22 @@ import (
 // batch_error.py, file_object.py) and the request/output line formats of
 // OpenAI's batch guide. Each request line is answered through the Chat
 // fake's own handler (its magic texts, structured outputs and errors), so a
-// line answers exactly what the same body answers live.
+// line answers exactly what the same body answers live: a 200 goes to the
+// output file, anything else to the error file with its status and body
+// (#context# is a 400 context_length_exceeded there; #429# is a 429 the
+// first time its text is sent in any batch, then answered, as live).
 //
 // The fake's clock. A batch moves validating -> in_progress -> finalizing ->
 // completed, Steps steps in each. A step is one poll of that batch (GET
 // {root}/batches/{id}) when StepTime is 0, so a test controls progress
-// exactly; with StepTime set a step is StepTime of wall time from the
-// batch's creation and polls do not move it, so a benchmark's wall time can
-// be set against the fake's processing time (3*Steps*StepTime a batch). The
-// work is done lazily, when a batch is looked at, but timestamps are the
-// fake clock's. Lines are answered during in_progress: after in_progress
-// step i (0-based) about (i+1)/(Steps+1) of them, the rest on entering
+// exactly, and the poll that makes a step does its work before answering.
+// With StepTime set, a step is StepTime of wall time from the batch's
+// creation, taken by a worker goroutine of the batch's own, and polls do
+// not move it (nor wait on it): a benchmark's wall time can be set against
+// the fake's processing time (3*Steps*StepTime a batch, more if the machine
+// is too busy for the work; Snapshot's EndedAt - CreatedAt is what it
+// took). Lines are answered during in_progress: after in_progress step i
+// (0-based) about (i+1)/(Steps+1) of them, the rest on entering
 // finalizing, so request_counts grow while a client polls.
 //
 // Storage. Uploaded files and the output and error files are kept on disk
@@ -118,11 +124,16 @@ type Batch struct {
 	line     *Chat
 	mux      *http.ServeMux
 
+	done      chan struct{} // closed by Close: the workers stop
+	closeOnce sync.Once
+	wg        sync.WaitGroup // the workers
+
 	seq atomic.Int64 // ids
 
-	mu    sync.Mutex // jobs, order; taken before a job's lock, never after
-	jobs  map[string]*batchJob
-	order []*batchJob
+	mu           sync.Mutex // jobs, order, peakEnqueued; taken before a job's lock, never after
+	jobs         map[string]*batchJob
+	order        []*batchJob
+	peakEnqueued int
 
 	fmu   sync.Mutex // files; a leaf lock
 	files map[string]*batchFile
@@ -132,12 +143,15 @@ type Batch struct {
 
 // BatchCounts is what a Batch was asked to do: uploads, creates, polls (GET
 // of one batch), downloads (file content), cancels, live chat calls, and
-// the request lines its batches answered.
-type BatchCounts struct{ Uploads, Creates, Polls, Downloads, Cancels, Live, Lines int64 }
+// the request lines its batches answered; PeakEnqueued is the most tokens
+// (BatchTokens) its accepted, unended batches held at once.
+type BatchCounts struct {
+	Uploads, Creates, Polls, Downloads, Cancels, Live, Lines int64
+	PeakEnqueued                                             int64
+}
 
-// BatchInfo is one batch as the fake sees it. CreatedAt and EndedAt are on
-// the fake's clock (with StepTime, creation + steps*StepTime), so EndedAt -
-// CreatedAt is the fake's processing time; EndedAt is zero until it ends.
+// BatchInfo is one batch as the fake sees it. EndedAt - CreatedAt is the
+// fake's processing time; EndedAt is zero until it ends.
 type BatchInfo struct {
 	ID, Status               string
 	Lines, Completed, Failed int
@@ -163,8 +177,15 @@ func (b *Batch) Handler() http.Handler {
 	return http.HandlerFunc(b.serve)
 }
 
-// Close removes the files b kept, if it made their directory.
+// Close stops b's workers (StepTime) and removes the files b kept, if it
+// made their directory. Call it when done with b, before its Dir goes.
 func (b *Batch) Close() error {
+	b.closeOnce.Do(func() {
+		if b.done != nil {
+			close(b.done)
+		}
+	})
+	b.wg.Wait()
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for _, j := range b.order {
@@ -180,12 +201,15 @@ func (b *Batch) Close() error {
 
 // Counts is what b was asked to do so far.
 func (b *Batch) Counts() BatchCounts {
-	return BatchCounts{Uploads: b.uploads.Load(), Creates: b.creates.Load(), Polls: b.polls.Load(),
+	b.mu.Lock()
+	peak := int64(b.peakEnqueued)
+	b.mu.Unlock()
+	return BatchCounts{PeakEnqueued: peak, Uploads: b.uploads.Load(), Creates: b.creates.Load(), Polls: b.polls.Load(),
 		Downloads: b.downloads.Load(), Cancels: b.cancels.Load(), Live: b.live.Load(), Lines: b.lines.Load()}
 }
 
-// Snapshot is every batch in creation order. It is not a poll: with Steps it
-// moves nothing; with StepTime it brings each batch up to the clock.
+// Snapshot is every batch in creation order. It is not a poll: it moves
+// nothing.
 func (b *Batch) Snapshot() []BatchInfo {
 	b.mu.Lock()
 	jobs := append([]*batchJob(nil), b.order...)
@@ -215,12 +239,14 @@ func (b *Batch) init() {
 		b.line = &Chat{Answer: c.Answer, RefuseLogprobs: c.RefuseLogprobs, Backend: c.Backend,
 			Context: c.Context, ContextAPI: c.ContextAPI, ContextModel: c.ContextModel,
 			Truncate: c.Truncate, Raw: c.Raw, NoRecord: true}
+		b.done = make(chan struct{})
 		b.jobs = map[string]*batchJob{}
 		b.files = map[string]*batchFile{}
 		m := http.NewServeMux()
 		m.HandleFunc("POST /v1/files", b.upload)
 		m.HandleFunc("GET /v1/files/{id}", b.fileObject)
 		m.HandleFunc("GET /v1/files/{id}/content", b.content)
+		m.HandleFunc("DELETE /v1/files/{id}", b.deleteFile)
 		m.HandleFunc("POST /v1/batches", b.create)
 		m.HandleFunc("GET /v1/batches", b.list)
 		m.HandleFunc("GET /v1/batches/{id}", b.get)

@@ -138,6 +138,22 @@ func (b *Batch) fileObject(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, 200, f.object())
 }
 
+// deleteFile removes a file, as OpenAI's DELETE /files/{id} answers it. A
+// batch reading it as its input still reads it (the bytes stay on disk
+// until Close).
+func (b *Batch) deleteFile(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	b.fmu.Lock()
+	f := b.files[id]
+	delete(b.files, id)
+	b.fmu.Unlock()
+	if f == nil {
+		invalid(w, 404, "", "No such File object: "+id)
+		return
+	}
+	writeJSON(w, 200, map[string]any{"id": id, "object": "file", "deleted": true})
+}
+
 // content streams a file's bytes from disk.
 func (b *Batch) content(w http.ResponseWriter, r *http.Request) {
 	b.downloads.Add(1)
