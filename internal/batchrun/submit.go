@@ -148,8 +148,6 @@ type upload struct {
 	pw    *io.PipeWriter
 	done  chan uploaded
 	rows  Rows
-	seqs  []int64 // only until the batch exists: then its slots are made
-	subs  []uint8
 	n     int64
 	bytes int64
 }

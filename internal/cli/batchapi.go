@@ -70,7 +70,7 @@ func (o *batchOptions) validate(c *classifyOptions) error {
 	}
 	for _, err := range []error{
 		refuse(c.prov.provider != "chat", "--batch-api needs --provider chat: only a chat model's OpenAI-style API has a Batch API"),
-		refuse(c.output == "" || c.output == "-", "--batch-api needs --output FILE: the batches are recorded beside it, for --resume"),
+		refuse(!c.dryRun && (c.output == "" || c.output == "-"), "--batch-api needs --output FILE: the batches are recorded beside it, for --resume"),
 		refuse(c.input == "-", "--batch-api needs INPUT to be a file: its rows are read again to send the ones a batch left unanswered"),
 		refuse(c.cost.maxSpend > 0, "--max-spend and --batch-api: a batch is paid for when it runs, so a cap cannot stop it half-way; leave --max-spend out (--dry-run --batch-api estimates the batch price)"),
 		refuse(c.prov.budget.name != "", "--budget and --batch-api: a fleet budget shares live calls, which batch submissions are not; leave --budget out"),
@@ -116,6 +116,7 @@ func (o *batchOptions) batchPrices(l *spend.Ledger) *spend.Ledger {
 // (internal/batchrun), then every row through the engine, answered from
 // them.
 func runBatchClassify(ctx context.Context, o *classifyOptions, ios *IOStreams, log *slog.Logger, src *input.Reader, info inputInfo) error {
+	start := time.Now()
 	journal := o.output + batchrun.JournalSuffix
 	if _, err := os.Stat(journal); err == nil && !o.resume {
 		return usageErrorf("%s records the batches of an earlier run of %s: collect them with the same command and --resume (nothing is paid twice), or remove it to start again (its batches are paid for)", journal, o.output)
@@ -157,7 +158,7 @@ func runBatchClassify(ctx context.Context, o *classifyOptions, ios *IOStreams, l
 		out.close(nil)
 		return batchStopped(ios, r, err)
 	}
-	return o.writeBatchResults(ctx, ios, log, r, out, guard, rc, info)
+	return o.writeBatchResults(ctx, ios, log, r, out, guard, rc, info, start)
 }
 
 // batchStopped reports a batch run that stopped before its results.
@@ -271,7 +272,7 @@ func priorOutcomes(o *classifyOptions) (func(int64) (outcome.Code, error), func(
 // writeBatchResults writes every row through the engine, answered from
 // the batches (and the cache, and earlier results), at the batch price.
 func (o *classifyOptions) writeBatchResults(ctx context.Context, ios *IOStreams, log *slog.Logger, r *batchrun.Runner, out *output,
-	guard *resilience.Guard, rc *cache.Cache, info inputInfo) error {
+	guard *resilience.Guard, rc *cache.Cache, info inputInfo, start time.Time) error {
 	replay := r.Replay()
 	var live atomic.Int64
 	if o.batch.fallback == "live" {
@@ -297,6 +298,7 @@ func (o *classifyOptions) writeBatchResults(ctx context.Context, ios *IOStreams,
 		runErr = err
 	}
 	sum.Provider.Calls = live.Load() // the replay is no call; a live fallback is
+	sum.Elapsed = time.Since(start)  // the batches' wait too
 	fmt.Fprintln(ios.ErrOut, summaryLine(sum))
 	fmt.Fprintln(ios.ErrOut, batchLine(r.Stats()))
 	v := exitFor(sum, runErr, o.failOn)

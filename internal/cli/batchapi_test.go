@@ -277,3 +277,30 @@ func TestBatchCacheAndBatchPrice(t *testing.T) {
 		t.Errorf("counts %+v: the second run submitted rows the cache held", c)
 	}
 }
+
+// --dry-run --batch-api estimates at the batch price, and sends nothing.
+func TestBatchDryRunAtBatchPrice(t *testing.T) {
+	f := &fakehf.Batch{Token: batchKey}
+	srv := fakehf.StartBatch(f)
+	defer srv.Close()
+	defer f.Close()
+	in := writeFile(t, "in.csv", manyRows(10, func(i int) string { return fmt.Sprintf("lovely %d", i) }))
+	cost := func(more ...string) float64 {
+		args := append([]string{"classify", in, "--dry-run", "--token-env", "OPENAI_API_KEY", "--no-cache", "--price-in", "1", "--price-out", "2"}, chatArgs(srv.URL)...)
+		r := runMain(t, map[string]string{"OPENAI_API_KEY": batchKey}, "", append(args, more...)...)
+		i := strings.Index(r.stderr+r.stdout, "cost_usd=")
+		if r.code != 0 || i < 0 {
+			t.Fatalf("exit %d: %s%s", r.code, r.stdout, r.stderr)
+		}
+		var usd float64
+		fmt.Sscan(strings.Fields((r.stderr + r.stdout)[i+len("cost_usd="):])[0], &usd)
+		return usd
+	}
+	live, batch := cost(), cost("--batch-api", "--batch-discount", "0.5")
+	if live <= 0 || batch < live*0.499 || batch > live*0.501 {
+		t.Errorf("dry run: live %g, batch %g: want half", live, batch)
+	}
+	if c := f.Counts(); c.Uploads != 0 || c.Creates != 0 || c.Live != 0 {
+		t.Errorf("the dry run sent something: %+v", c)
+	}
+}
