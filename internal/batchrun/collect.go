@@ -48,8 +48,8 @@ func (r *Runner) assign(b *batch, res batchapi.Result, line int) error {
 	if err != nil || !b.rows.Has(int64(seq)) {
 		return fmt.Errorf("line %d: custom_id %q is not a row this batch was sent", line, clip(res.CustomID, 40))
 	}
-	s := r.bySeq[int64(seq)]
-	if s == nil || s.batch != b.idx {
+	s := r.at(int64(seq))
+	if s == nil || int(s.batch) != b.idx {
 		return nil // kept from earlier results, or answered in its own later batch
 	}
 	if s.state != pending {
@@ -59,17 +59,17 @@ func (r *Runner) assign(b *batch, res batchapi.Result, line int) error {
 	case res.StatusCode == 200:
 		p, err := r.cfg.Chat.ReadAnswer(res.Body)
 		if err != nil {
-			s.state, s.err = failed, asError(err)
+			r.setError(s, asError(err))
 			return nil
 		}
-		s.state, s.pred = answered, p
+		r.setAnswer(s, p)
 	case res.StatusCode != 0:
-		s.state, s.err = failed, r.cfg.Chat.ReadError(res.StatusCode, res.Body)
+		r.setError(s, r.cfg.Chat.ReadError(res.StatusCode, res.Body))
 	case res.ErrCode == "batch_expired" || res.ErrCode == "batch_cancelled":
 		// Never run: as absent from the output, it is sent again.
 	default:
-		s.state, s.err = failed, &provider.Error{Outcome: outcome.UpstreamFailed, NoRetry: true,
-			Msg: "the batch did not run it: " + clip(res.ErrCode+": "+res.ErrMessage, 200)}
+		r.setError(s, &provider.Error{Outcome: outcome.UpstreamFailed, NoRetry: true,
+			Msg: "the batch did not run it: " + clip(res.ErrCode+": "+res.ErrMessage, 200)})
 	}
 	return nil
 }

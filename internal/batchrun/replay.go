@@ -43,7 +43,10 @@ func (p *Replay) Classify(ctx context.Context, call provider.Call) (provider.Ans
 }
 
 func (p *Replay) one(ctx context.Context, text string) (provider.Prediction, error) {
-	s := p.r.byText[keyOf(text)]
+	var s *slot
+	if seq, ok := p.r.byText[keyOf(text)]; ok {
+		s = p.r.at(int64(seq))
+	}
 	switch {
 	case s == nil && p.r.cfg.CancelRunning:
 		return provider.Prediction{}, &provider.Error{Outcome: outcome.NotAttempted, NoRetry: true,
@@ -52,12 +55,13 @@ func (p *Replay) one(ctx context.Context, text string) (provider.Prediction, err
 		return provider.Prediction{}, &provider.Error{Outcome: outcome.NotAttempted, NoRetry: true,
 			Msg: "not submitted in any batch; --resume submits it"}
 	case s.state == answered:
-		if err := p.r.cfg.Chat.Truncated(text, s.pred.Usage); err != nil {
+		pr := p.r.prediction(s)
+		if err := p.r.cfg.Chat.Truncated(text, pr.Usage); err != nil {
 			return provider.Prediction{}, err
 		}
-		return s.pred, nil
+		return pr, nil
 	case s.state == failed:
-		return provider.Prediction{}, s.err.Clone()
+		return provider.Prediction{}, p.r.errs[s.err].Clone()
 	case p.Live != nil && s.state == missing:
 		return p.Live(ctx, text)
 	}
@@ -67,7 +71,7 @@ func (p *Replay) one(ctx context.Context, text string) (provider.Prediction, err
 
 // Attempts is the number of batches row seq was submitted in (0: none).
 func (r *Runner) Attempts(seq int64) int {
-	if s := r.bySeq[seq]; s != nil {
+	if s := r.at(seq); s != nil {
 		return int(s.subs)
 	}
 	return 0

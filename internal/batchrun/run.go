@@ -50,11 +50,14 @@ type Config struct {
 	Journal string
 	// CancelRunning (--batch-cancel) cancels the recorded batches still
 	// running and submits nothing: the rows they completed are kept.
-	CancelRunning  bool
+	CancelRunning bool
+	// Rows is INPUT's data rows, counted before the run (the answers'
+	// table is sized once); 0: it grows.
+	Rows           int64
 	MaxRequests    int
 	MaxBytes       int64
 	Poll           time.Duration // the first wait between polls
-	MaxPoll        time.Duration // the longest, while nothing changes; default 20×Poll, at most 10m
+	MaxPoll        time.Duration // the longest, while nothing changes; default 5×Poll, at most 10m
 	MaxSubmissions int           // times a row is submitted before it is left missing
 	Rules          engine.Rules
 	Dedupe         bool
@@ -77,7 +80,7 @@ func (c *Config) defaults() {
 		c.Poll = DefaultPoll
 	}
 	if c.MaxPoll <= 0 {
-		c.MaxPoll = min(20*c.Poll, 10*time.Minute)
+		c.MaxPoll = min(5*c.Poll, 10*time.Minute)
 	}
 	c.MaxPoll = max(c.MaxPoll, c.Poll)
 	if c.MaxSubmissions <= 0 {
@@ -139,13 +142,20 @@ const (
 	missing               // no batch answered it in the submissions allowed
 )
 
-// slot is one submitted row's answer.
+// slot is one submitted row's answer, kept small: there is one per row
+// submitted, for the whole run.
 type slot struct {
-	batch int // its batch now: the latest that holds it
+	batch int32 // its batch now: the latest that holds it
+	used  bool  // the row is in a batch
 	subs  uint8
 	state uint8
-	pred  provider.Prediction
-	err   *provider.Error
+	known bool // usage known
+	label int16
+	// costed: the provider said what the call cost (cost).
+	costed             bool
+	prompt, completion int32
+	score, cost        float64
+	err                int32 // in Runner.errs, when failed
 }
 
 // batch is one batch of the run, recorded or created.
@@ -169,8 +179,10 @@ type Runner struct {
 	cfg     Config
 	j       *journal
 	batches []*batch
-	bySeq   map[int64]*slot
-	byText  map[textKey]*slot
+	slots   []slot            // by input position
+	byText  map[textKey]int32 // a text's row: the one whose answer it takes
+	errs    []*provider.Error
+	labels  map[string]int16
 	stats   Stats
 }
 
@@ -181,7 +193,10 @@ func New(cfg Config) (*Runner, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &Runner{cfg: cfg, bySeq: map[int64]*slot{}, byText: map[textKey]*slot{}}
+	r := &Runner{cfg: cfg, slots: make([]slot, 0, max(cfg.Rows, 0)), byText: map[textKey]int32{}, labels: map[string]int16{}}
+	for i, l := range cfg.Chat.Labels() {
+		r.labels[l] = int16(i)
+	}
 	if err := r.load(recs); err != nil {
 		return nil, err
 	}
@@ -216,12 +231,8 @@ func (r *Runner) load(recs []record) error {
 			r.batches = append(r.batches, b)
 			byID[b.id] = b
 			b.rows.Each(func(seq int64) bool {
-				s := r.bySeq[seq]
-				if s == nil {
-					s = &slot{}
-					r.bySeq[seq] = s
-				}
-				s.batch, s.subs = b.idx, min(s.subs+1, 255)
+				s := r.slotAt(seq)
+				s.batch, s.subs = int32(b.idx), min(s.subs+1, 255)
 				return true
 			})
 		}
@@ -289,7 +300,11 @@ func (r *Runner) stopped(ctx context.Context, err error) error {
 // count fills the stats of the rows from their slots.
 func (r *Runner) count() {
 	r.stats.Answered, r.stats.Failed, r.stats.Missing, r.stats.Running = 0, 0, 0, 0
-	for _, s := range r.bySeq {
+	for i := range r.slots {
+		s := &r.slots[i]
+		if !s.used {
+			continue
+		}
 		switch s.state {
 		case answered:
 			r.stats.Answered++
@@ -304,6 +319,51 @@ func (r *Runner) count() {
 			r.stats.Running++
 		}
 	}
+}
+
+// at is row seq's slot, nil when the row is in no batch. The pointer is
+// good until the next slotAt.
+func (r *Runner) at(seq int64) *slot {
+	if seq < 0 || seq >= int64(len(r.slots)) || !r.slots[seq].used {
+		return nil
+	}
+	return &r.slots[seq]
+}
+
+// slotAt is row seq's slot, made when there is none.
+func (r *Runner) slotAt(seq int64) *slot {
+	if n := int64(len(r.slots)); seq >= n {
+		r.slots = append(r.slots, make([]slot, seq+1-n)...)
+	}
+	s := &r.slots[seq]
+	if !s.used {
+		*s = slot{used: true, err: -1, label: -1}
+	}
+	return s
+}
+
+// setAnswer keeps p as s's answer.
+func (r *Runner) setAnswer(s *slot, p provider.Prediction) {
+	l, ok := r.labels[p.Label]
+	if !ok {
+		r.setError(s, &provider.Error{Outcome: outcome.UpstreamUnlabelled, NoRetry: true, Msg: "the answer names no label of --labels"})
+		return
+	}
+	s.state, s.label, s.score = answered, l, p.Score
+	s.known, s.prompt, s.completion = p.Usage.Known, int32(p.Usage.Prompt), int32(p.Usage.Completion)
+	s.costed, s.cost = p.Usage.Costed, p.Usage.Cost
+}
+
+// setError keeps e as s's answer.
+func (r *Runner) setError(s *slot, e *provider.Error) {
+	s.state, s.err = failed, int32(len(r.errs))
+	r.errs = append(r.errs, e)
+}
+
+// prediction is s's answer as the client gave it.
+func (r *Runner) prediction(s *slot) provider.Prediction {
+	return provider.Prediction{Label: r.cfg.Chat.Labels()[s.label], Score: s.score,
+		Usage: provider.Usage{Prompt: int(s.prompt), Completion: int(s.completion), Known: s.known, Cost: s.cost, Costed: s.costed}}
 }
 
 // Stats is what the run did.

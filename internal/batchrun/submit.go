@@ -33,7 +33,7 @@ func (r *Runner) scan(ctx context.Context) error {
 		return err
 	}
 	defer closeSrc()
-	ids := engine.NewIDs(int64(len(r.bySeq)))
+	ids := engine.NewIDs(r.cfg.Rows)
 	defer ids.Release()
 	seen := map[textKey]struct{}{}
 	up := &uploader{r: r}
@@ -56,15 +56,17 @@ func (r *Runner) scan(ctx context.Context) error {
 			if prior == outcome.Success && r.cfg.Dedupe {
 				seen[k] = struct{}{}
 			}
-			delete(r.bySeq, row.Seq) // written as it was: its batch's answer is not needed
+			if s := r.at(row.Seq); s != nil {
+				s.used = false // written as it was: its batch's answer is not needed
+			}
 			continue
 		}
 		if problem != "" || r.cfg.Chat.CheckText(row.Text) != nil {
 			continue
 		}
-		if s := r.bySeq[row.Seq]; s != nil {
+		if s := r.at(row.Seq); s != nil {
 			if _, ok := r.byText[k]; !ok {
-				r.byText[k] = s
+				r.byText[k] = int32(row.Seq)
 			}
 			seen[k] = struct{}{}
 			continue
@@ -169,9 +171,8 @@ func (u *uploader) add(ctx context.Context, c candidate, subs uint8) error {
 		return err
 	}
 	if n > r.cfg.MaxBytes {
-		s := r.slotFor(c, subs, -1)
-		s.state, s.err = failed, &provider.Error{Outcome: outcome.InvalidInput,
-			Msg: fmt.Sprintf("its request is %d bytes, over --batch-max-bytes %d", n, r.cfg.MaxBytes)}
+		r.setError(r.slotFor(c, subs, -1), &provider.Error{Outcome: outcome.InvalidInput,
+			Msg: fmt.Sprintf("its request is %d bytes, over --batch-max-bytes %d", n, r.cfg.MaxBytes)})
 		return nil
 	}
 	if u.cur != nil && (u.cur.n+1 > int64(r.cfg.MaxRequests) || u.cur.bytes+n > r.cfg.MaxBytes) {
@@ -200,15 +201,11 @@ func (r *Runner) pendText(c candidate, subs uint8) {
 
 // slotFor is the slot of c, made if needed, in batch idx (-1: not yet).
 func (r *Runner) slotFor(c candidate, subs uint8, idx int) *slot {
-	s := r.bySeq[c.seq]
-	if s == nil {
-		s = &slot{}
-		r.bySeq[c.seq] = s
+	if _, ok := r.byText[c.key]; !ok {
+		r.byText[c.key] = int32(c.seq)
 	}
-	s.subs, s.batch = subs, idx
-	if _, ok := r.byText[c.key]; !ok || subs > 1 {
-		r.byText[c.key] = s
-	}
+	s := r.slotAt(c.seq)
+	s.subs, s.batch = subs, int32(idx)
 	return s
 }
 
@@ -276,8 +273,8 @@ func (r *Runner) create(ctx context.Context, file string, rows Rows, n int64) er
 	}
 	r.batches = append(r.batches, b)
 	rows.Each(func(seq int64) bool {
-		if s := r.bySeq[seq]; s != nil {
-			s.batch = b.idx
+		if s := r.at(seq); s != nil {
+			s.batch = int32(b.idx)
 		}
 		return true
 	})

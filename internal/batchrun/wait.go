@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hfsent/hfsent/internal/batchapi"
+	"github.com/hfsent/hfsent/internal/outcome"
 	"github.com/hfsent/hfsent/internal/provider"
 )
 
@@ -142,14 +143,16 @@ func (r *Runner) failed(b *batch, got batchapi.Batch) error {
 		return nil
 	}
 	b.ended, b.read = true, true
-	e := &provider.Error{Outcome: "upstream_failed", NoRetry: true,
+	e := &provider.Error{Outcome: outcome.UpstreamFailed, NoRetry: true,
 		Msg: fmt.Sprintf("the batch %s failed: %s", b.id, clip(strings.TrimSpace(code+" "+msg), 200))}
 	if code == tokenLimit {
 		e.Msg += "; its rows alone are over the enqueued-token limit: lower --batch-max-requests"
 	}
+	at := int32(len(r.errs))
+	r.errs = append(r.errs, e) // one error for every row of the batch
 	for _, s := range r.owned(b) {
 		if s.state == pending {
-			s.state, s.err = failed, e
+			s.state, s.err = failed, at
 		}
 	}
 	return nil
@@ -210,7 +213,7 @@ func (r *Runner) recreateHeld(ctx context.Context) error {
 func (r *Runner) owned(b *batch) []*slot {
 	var out []*slot
 	b.rows.Each(func(seq int64) bool {
-		if s := r.bySeq[seq]; s != nil && s.batch == b.idx {
+		if s := r.at(seq); s != nil && int(s.batch) == b.idx {
 			out = append(out, s)
 		}
 		return true
@@ -226,8 +229,8 @@ func (r *Runner) leftOver(ctx context.Context, b *batch, status string) error {
 	var again Rows
 	var left int64
 	b.rows.Each(func(seq int64) bool {
-		s := r.bySeq[seq]
-		if s == nil || s.batch != b.idx || s.state != pending {
+		s := r.at(seq)
+		if s == nil || int(s.batch) != b.idx || s.state != pending {
 			return true
 		}
 		left++
@@ -269,7 +272,7 @@ func (r *Runner) resubmit(ctx context.Context, set *Rows) error {
 		if !set.Has(row.Seq) {
 			continue
 		}
-		s := r.bySeq[row.Seq]
+		s := r.at(row.Seq)
 		c := candidate{seq: row.Seq, text: row.Text, key: keyOf(row.Text)}
 		if err := up.add(ctx, c, s.subs+1); err != nil {
 			return err

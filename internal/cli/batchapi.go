@@ -149,7 +149,7 @@ func runBatchClassify(ctx context.Context, o *classifyOptions, ios *IOStreams, l
 		return err
 	}
 	defer closePrior()
-	r, err := batchrun.New(o.batchConfig(api, chat, prior, rc, guard, journal, ios, log))
+	r, err := batchrun.New(o.batchConfig(api, chat, prior, rc, guard, journal, info.total, ios, log))
 	if err != nil {
 		out.close(nil)
 		return usageError(err)
@@ -193,11 +193,12 @@ func (o *classifyOptions) batchClient(ios *IOStreams, log *slog.Logger) (*batcha
 }
 
 func (o *classifyOptions) batchConfig(api *batchapi.Client, chat *provider.Chat, prior func(int64) (outcome.Code, error),
-	rc *cache.Cache, guard *resilience.Guard, journal string, ios *IOStreams, log *slog.Logger) batchrun.Config {
+	rc *cache.Cache, guard *resilience.Guard, journal string, rows int64, ios *IOStreams, log *slog.Logger) batchrun.Config {
 	cfg := batchrun.Config{
 		API: api, Chat: chat, Prior: prior, Journal: journal,
 		Open:           o.reopenInput,
 		CancelRunning:  o.batch.cancel,
+		Rows:           rows,
 		MaxRequests:    o.batch.maxRequests,
 		MaxBytes:       o.batch.maxBytes.n,
 		Poll:           o.batch.poll,
@@ -273,6 +274,7 @@ func priorOutcomes(o *classifyOptions) (func(int64) (outcome.Code, error), func(
 // the batches (and the cache, and earlier results), at the batch price.
 func (o *classifyOptions) writeBatchResults(ctx context.Context, ios *IOStreams, log *slog.Logger, r *batchrun.Runner, out *output,
 	guard *resilience.Guard, rc *cache.Cache, info inputInfo, start time.Time) error {
+	log.Info("every batch has ended: writing the results", "output", o.output)
 	replay := r.Replay()
 	var live atomic.Int64
 	if o.batch.fallback == "live" {
