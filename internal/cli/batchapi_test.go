@@ -1,14 +1,18 @@
 package cli
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/hfsent/hfsent/internal/batchrun"
 	"github.com/hfsent/hfsent/internal/fakehf"
+	"github.com/hfsent/hfsent/internal/provider"
 )
 
 const batchKey = "sk-batch-0123456789abcdefghij"
@@ -302,5 +306,66 @@ func TestBatchDryRunAtBatchPrice(t *testing.T) {
 	}
 	if c := f.Counts(); c.Uploads != 0 || c.Creates != 0 || c.Live != 0 {
 		t.Errorf("the dry run sent something: %+v", c)
+	}
+}
+
+// Each request line's body is byte for byte the live call's body, and
+// custom_id is r<row>, whatever the row's id.
+func TestBatchBodyIsTheLiveBody(t *testing.T) {
+	dir := t.TempDir()
+	f := &fakehf.Batch{Token: batchKey, Dir: dir}
+	srv := fakehf.StartBatch(f)
+	defer srv.Close()
+	defer f.Close()
+	in := writeFile(t, "in.csv", "request_id,text\n\"a,\"\"b\",lovely staff\nx y,\"terrible \"\"wait\"\"\"\n")
+	out := filepath.Join(t.TempDir(), "out.csv")
+	if r := batchRun(t, srv.URL, in, out); r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	ups, _ := filepath.Glob(filepath.Join(dir, "upload-*.jsonl"))
+	if len(ups) != 1 {
+		t.Fatalf("uploads kept: %v", ups)
+	}
+	b, _ := os.ReadFile(ups[0])
+	chat, err := provider.NewChat(provider.ChatConfig{Model: "meta-llama/Llama-3.1-8B-Instruct:cerebras",
+		Endpoint: srv.URL + "/v1/chat/completions", Labels: []string{"positive", "negative"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
+	for i, text := range []string{"lovely staff", `terrible "wait"`} {
+		var l struct {
+			CustomID string          `json:"custom_id"`
+			Method   string          `json:"method"`
+			URL      string          `json:"url"`
+			Body     json.RawMessage `json:"body"`
+		}
+		if err := json.Unmarshal([]byte(lines[i]), &l); err != nil {
+			t.Fatal(err)
+		}
+		_, live, _ := chat.Request(text)
+		if l.CustomID != fmt.Sprintf("r%d", i) || l.Method != "POST" || l.URL != "/v1/chat/completions" || !bytes.Equal(l.Body, live) {
+			t.Errorf("line %d: %s\nlive body: %s", i, lines[i], live)
+		}
+	}
+}
+
+// Batch submissions are not paced by the live limits: at --rps 0.05 and
+// --tpm 100, 20 live calls would take minutes; the batch answers them all
+// without waiting on either.
+func TestBatchNotPacedByLiveLimits(t *testing.T) {
+	f := &fakehf.Batch{Token: batchKey}
+	srv := fakehf.StartBatch(f)
+	defer srv.Close()
+	defer f.Close()
+	in := writeFile(t, "in.csv", manyRows(20, func(i int) string { return fmt.Sprintf("lovely %d", i) }))
+	out := filepath.Join(t.TempDir(), "out.csv")
+	start := time.Now()
+	r := batchRun(t, srv.URL, in, out, "--rps", "0.05", "--tpm", "100")
+	if r.code != 0 || len(readRows(t, out)) != 20 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	if d := time.Since(start); d > 30*time.Second {
+		t.Errorf("took %s: paced as live calls", d)
 	}
 }
