@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -305,7 +306,11 @@ func (o *classifyOptions) writeBatchResults(ctx context.Context, ios *IOStreams,
 	fmt.Fprintln(ios.ErrOut, batchLine(r.Stats()))
 	v := exitFor(sum, runErr, o.failOn)
 	if o.summaryJSON != "" {
-		if err := writeSummaryJSON(o.summaryJSON, sum, v); err != nil {
+		err := writeSummaryJSON(o.summaryJSON, sum, v)
+		if err == nil {
+			err = addBatchesJSON(o.summaryJSON, r.Stats())
+		}
+		if err != nil {
 			log.Error("cannot write --summary-json", "path", o.summaryJSON, "err", err)
 		}
 	}
@@ -349,4 +354,44 @@ func orDash(s string) string {
 		return "-"
 	}
 	return s
+}
+
+// batchesJSON is the closing line's counts in --summary-json ("batches").
+type batchesJSON struct {
+	Created      int   `json:"created"`
+	Recorded     int   `json:"recorded"`
+	Uploads      int   `json:"uploads"`
+	Submitted    int64 `json:"submitted"`
+	Answered     int64 `json:"answered"`
+	Failed       int64 `json:"failed"`
+	Resubmitted  int64 `json:"resubmitted"`
+	Missing      int64 `json:"missing"`
+	NotSubmitted int64 `json:"not_submitted"`
+	Running      int   `json:"running"`
+	Cancelled    int   `json:"cancelled"`
+}
+
+// addBatchesJSON adds the batches' counts to the summary file just
+// written, under "batches", keeping every key it has.
+func addBatchesJSON(path string, st batchrun.Stats) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	var doc map[string]json.RawMessage
+	if err := json.Unmarshal(b, &doc); err != nil {
+		return err
+	}
+	raw, err := json.Marshal(batchesJSON{Created: st.Batches, Recorded: st.Recorded, Uploads: st.Uploads, Submitted: st.Submitted,
+		Answered: st.Answered, Failed: st.Failed, Resubmitted: st.Resubmitted, Missing: st.Missing, NotSubmitted: st.NotSent,
+		Running: st.Running, Cancelled: st.Cancelled})
+	if err != nil {
+		return err
+	}
+	doc["batches"] = raw
+	out, err := json.MarshalIndent(doc, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(out, '\n'), 0o644)
 }

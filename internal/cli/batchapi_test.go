@@ -130,9 +130,19 @@ func TestBatchExpiryResubmitsOnlyMissingRows(t *testing.T) {
 	defer f.Close()
 	in := writeFile(t, "in.csv", manyRows(10, func(i int) string { return fmt.Sprintf("lovely %d", i) }))
 	out := filepath.Join(t.TempDir(), "out.csv")
-	r := batchRun(t, srv.URL, in, out, "--batch-max-submissions", "2")
+	sumFile := filepath.Join(t.TempDir(), "sum.json")
+	r := batchRun(t, srv.URL, in, out, "--batch-max-submissions", "2", "--summary-json", sumFile)
 	if r.code != 1 {
 		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	var js struct {
+		Rows    int `json:"rows"`
+		Batches struct {
+			Answered, Resubmitted, Missing int
+		} `json:"batches"`
+	}
+	if b, _ := os.ReadFile(sumFile); json.Unmarshal(b, &js) != nil || js.Rows != 10 || js.Batches.Answered != 8 || js.Batches.Resubmitted != 6 || js.Batches.Missing != 2 {
+		t.Errorf("--summary-json: %+v", js)
 	}
 	rows := readRows(t, out)
 	ok, timeout := 0, 0
