@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
-	"time"
 )
 
 // wireFile is OpenAI's FileObject, the fields read.
@@ -169,9 +168,9 @@ func (c *Client) Content(ctx context.Context, fileID string) (io.ReadCloser, err
 	}
 	var body io.ReadCloser
 	err := c.retry(ctx, op, func(ctx context.Context) error {
-		// The stream outlives the wait for its headers: a timer cancels
-		// the attempt if no headers come in time, and is stopped once they
-		// do. Closing the stream cancels it.
+		// The stream outlives the wait for its headers: a watchdog
+		// cancels the attempt if no headers come within Timeout, then if
+		// no data comes for as long. Closing the stream cancels it.
 		sctx, cancel := context.WithCancel(ctx)
 		req, err := c.newRequest(sctx, op, http.MethodGet, "/files/"+url.PathEscape(fileID)+"/content", nil)
 		if err != nil {
@@ -179,32 +178,43 @@ func (c *Client) Content(ctx context.Context, fileID string) (io.ReadCloser, err
 			return err
 		}
 		req.Header.Set("Accept", "application/jsonl, application/json, */*")
-		t := time.AfterFunc(c.timeout(), cancel)
+		dog := newWatchdog(c.timeout(), cancel)
 		resp, err := c.send(ctx, op, req)
-		if !t.Stop() && ctx.Err() == nil {
-			// The timer fired: whatever came, the stream is cut.
-			if err == nil {
-				resp.Body.Close()
-			}
-			err = &Error{Op: op, msg: fmt.Sprintf("no answer within %s", c.timeout()), Err: errTimeout}
-		}
 		if err != nil {
+			if dog.stop() && ctx.Err() == nil {
+				err = &Error{Op: op, msg: fmt.Sprintf("no answer within %s", c.timeout()), Err: errTimeout}
+			}
 			cancel()
 			return err
 		}
-		body = &stream{ReadCloser: resp.Body, cancel: cancel}
+		body = &stream{ReadCloser: resp.Body, cancel: cancel, dog: dog, ctx: ctx}
 		return nil
 	})
 	return body, err
 }
 
-// stream is a content body whose Close also ends its context.
+// stream is a content body that must make progress (its watchdog), and
+// whose Close also ends its context.
 type stream struct {
 	io.ReadCloser
 	cancel context.CancelFunc
+	dog    *watchdog
+	ctx    context.Context // the caller's
+}
+
+func (s *stream) Read(p []byte) (int, error) {
+	n, err := s.ReadCloser.Read(p)
+	switch {
+	case err == nil || err == io.EOF:
+		s.dog.kick()
+	case s.dog.fired.Load() && s.ctx.Err() == nil:
+		err = &Error{Op: "content", msg: fmt.Sprintf("the download stalled: no data for %s", s.dog.wait()), Err: errTimeout}
+	}
+	return n, err
 }
 
 func (s *stream) Close() error {
+	s.dog.stop()
 	err := s.ReadCloser.Close()
 	s.cancel()
 	return err

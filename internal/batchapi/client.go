@@ -38,9 +38,12 @@ type Client struct {
 	Log *slog.Logger
 	// UserAgent is sent as User-Agent ("": "hfsent").
 	UserAgent string
-	// Timeout bounds one attempt of a small call (create, get, cancel), and
-	// the wait for a content stream's headers; <= 0: 60s. An upload, and a
-	// stream once open, are bounded only by their context.
+	// Timeout bounds one attempt of a small call (create, get, cancel), the
+	// wait for a download's headers, and any stall of a stream: a download
+	// that brings no data, an upload the provider reads nothing of, for
+	// that long, is cut (an upload may then wait 10 times as long for the
+	// answer, while the provider stores the file). <= 0: 60s. A stream
+	// that moves is bounded by its context only.
 	Timeout time.Duration
 	// Retries is how many times an idempotent call (get, content) is sent
 	// again after a 429, a 5xx, a 408 or no answer; < 0: never, 0: 4.
@@ -226,10 +229,25 @@ func (c *Client) do(ctx context.Context, op, method, path string, in, v any, ide
 func decode(op string, resp *http.Response, v any) error {
 	dec := json.NewDecoder(io.LimitReader(resp.Body, maxObject))
 	if err := dec.Decode(v); err != nil {
-		return &Error{Op: op, Status: resp.StatusCode, msg: "the answer is not the JSON object expected", Err: err,
+		e := &Error{Op: op, Status: resp.StatusCode, msg: "the answer is not the JSON object expected", Err: err,
 			RequestID: clean(resp.Header.Get("X-Request-Id"), 100)}
+		var ne net.Error
+		if errors.Is(err, io.ErrUnexpectedEOF) || errors.As(err, &ne) {
+			// Cut short (the connection dropped): not a wrong answer.
+			e.msg, e.cut = "the answer was cut short", true
+		}
+		return e
 	}
 	return nil
+}
+
+// ceiling is backoff doubled i times, at most maxBackoff (never overflowing).
+func ceiling(backoff, maxBackoff time.Duration, i int) time.Duration {
+	d := min(backoff, maxBackoff)
+	for ; i > 0 && d < maxBackoff; i-- {
+		d = min(2*d, maxBackoff)
+	}
+	return d
 }
 
 // retry runs attempt until it succeeds, fails for good, the retries are
@@ -258,7 +276,7 @@ func (c *Client) retry(ctx context.Context, op string, attempt func(context.Cont
 		}
 		wait := e.RetryAfter
 		if wait == 0 {
-			wait = rand.N(min(backoff<<i, maxBackoff)) + 1
+			wait = rand.N(ceiling(backoff, maxBackoff, i)) + 1
 		}
 		if c.Log != nil {
 			c.Log.Debug("batch API call retried", "op", op, "cause", e.Error(), "attempt", i+1, "wait", wait)
