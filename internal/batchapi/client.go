@@ -107,14 +107,22 @@ func (c *Client) timeout() time.Duration {
 	return 60 * time.Second
 }
 
-// url is Root + path; the query of Root (a key some proxies take) is kept.
+// url is Root + path (which may end in a query); the query of Root (a key
+// some proxies take) is kept, before path's.
 func (c *Client) url(op, path string) (string, error) {
 	u, err := url.Parse(c.Root)
 	if err != nil || u.Host == "" {
 		return "", &Error{Op: op, msg: fmt.Sprintf("root %q is not a URL", redact.URL(c.Root)), local: true}
 	}
+	path, query, _ := strings.Cut(path, "?")
 	u.Path = strings.TrimSuffix(u.Path, "/") + path
 	u.RawPath = ""
+	if query != "" {
+		if u.RawQuery != "" {
+			query = u.RawQuery + "&" + query
+		}
+		u.RawQuery = query
+	}
 	return u.String(), nil
 }
 
