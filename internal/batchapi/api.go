@@ -231,6 +231,28 @@ func (c *Client) Cancel(ctx context.Context, id string) (Batch, error) {
 	return c.batch(op, w)
 }
 
+// DeleteFile deletes an uploaded or result file ({root}/files/{id}): a
+// run's input files need not stay in the account's storage once its
+// batches are collected. It is retried as Get is (a delete is idempotent);
+// a file already gone is an *Error with Status 404.
+func (c *Client) DeleteFile(ctx context.Context, fileID string) error {
+	const op = "delete"
+	if err := checkID(op, "file", fileID); err != nil {
+		return err
+	}
+	var w struct {
+		ID      string `json:"id"`
+		Deleted bool   `json:"deleted"`
+	}
+	if err := c.do(ctx, op, http.MethodDelete, "/files/"+fileID, nil, &w, true); err != nil {
+		return err
+	}
+	if !w.Deleted {
+		return &Error{Op: op, Status: 200, msg: "the provider did not say the file was deleted"}
+	}
+	return nil
+}
+
 // Content opens a file's content ({root}/files/{id}/content) as a stream.
 // Opening it is retried (429, 5xx, no answer); once it is open, a read
 // error is the stream's, and ctx still bounds it. Close it.

@@ -328,3 +328,21 @@ func fakeCreates(t *testing.T, c *Client) int {
 	}
 	return len(page)
 }
+
+// DeleteFile removes an input file once its batch is done; a second
+// delete is a 404, not retried.
+func TestFakeDeleteFile(t *testing.T) {
+	c := startFake(t, &fakehf.Batch{})
+	end := submit(t, c, input(t, 2, text))
+	ctx := context.Background()
+	if err := c.DeleteFile(ctx, end.InputFileID); err != nil {
+		t.Fatal(err)
+	}
+	err := c.DeleteFile(ctx, end.InputFileID)
+	if e, ok := AsError(err); !ok || e.Status != 404 || e.Retryable() {
+		t.Fatalf("%v", err)
+	}
+	if out, err := results(t, c, end.OutputFileID); err != nil || len(out) != 2 {
+		t.Fatalf("%v %v", out, err)
+	}
+}
