@@ -45,11 +45,14 @@ type Client struct {
 	// answer, while the provider stores the file). <= 0: 60s. A stream
 	// that moves is bounded by its context only.
 	Timeout time.Duration
-	// Retries is how many times an idempotent call (get, content) is sent
-	// again after a 429, a 5xx, a 408 or no answer; < 0: never, 0: 4.
+	// Retries is how many times an idempotent call (get, list, content,
+	// delete) is sent again after a 429, a 5xx, a 408, no answer or an
+	// answer cut short; < 0: never, 0: 4. Upload, create and cancel are
+	// never sent again by the client (Error.Retryable and Error.Connect say
+	// whether the caller may).
 	Retries int
 	// Backoff is the first retry's wait (doubled each time, with full
-	// jitter, at most MaxBackoff); <= 0: 1s. A Retry-After the provider
+	// jitter, at most MaxBackoff); <= 0: 1s, and MaxBackoff 30s. A Retry-After the provider
 	// gives is waited instead, when it is at most MaxBackoff; a longer one
 	// is not waited here but returned (Error.RetryAfter).
 	Backoff, MaxBackoff time.Duration
