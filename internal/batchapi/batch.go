@@ -63,6 +63,8 @@ type Batch struct {
 	// CreatedAt and ExpiresAt are Unix seconds (0: not said).
 	CreatedAt, ExpiresAt int64
 	Counts               RequestCounts
+	// Metadata is what the batch was created with (CreateWith), nil if none.
+	Metadata map[string]string
 	// Model is the model the provider says ran the batch ("" if not said).
 	Model string
 	// Usage is the tokens the batch used, when the provider says (OpenAI,

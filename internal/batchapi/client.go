@@ -38,15 +38,21 @@ type Client struct {
 	Log *slog.Logger
 	// UserAgent is sent as User-Agent ("": "hfsent").
 	UserAgent string
-	// Timeout bounds one attempt of a small call (create, get, cancel), and
-	// the wait for a content stream's headers; <= 0: 60s. An upload, and a
-	// stream once open, are bounded only by their context.
+	// Timeout bounds one attempt of a small call (create, get, cancel), the
+	// wait for a download's headers, and any stall of a stream: a download
+	// that brings no data, an upload the provider reads nothing of, for
+	// that long, is cut (an upload may then wait 10 times as long for the
+	// answer, while the provider stores the file). <= 0: 60s. A stream
+	// that moves is bounded by its context only.
 	Timeout time.Duration
-	// Retries is how many times an idempotent call (get, content) is sent
-	// again after a 429, a 5xx, a 408 or no answer; < 0: never, 0: 4.
+	// Retries is how many times an idempotent call (get, list, content,
+	// delete) is sent again after a 429, a 5xx, a 408, no answer or an
+	// answer cut short; < 0: never, 0: 4. Upload, create and cancel are
+	// never sent again by the client (Error.Retryable and Error.Connect say
+	// whether the caller may).
 	Retries int
 	// Backoff is the first retry's wait (doubled each time, with full
-	// jitter, at most MaxBackoff); <= 0: 1s. A Retry-After the provider
+	// jitter, at most MaxBackoff); <= 0: 1s, and MaxBackoff 30s. A Retry-After the provider
 	// gives is waited instead, when it is at most MaxBackoff; a longer one
 	// is not waited here but returned (Error.RetryAfter).
 	Backoff, MaxBackoff time.Duration
@@ -104,14 +110,22 @@ func (c *Client) timeout() time.Duration {
 	return 60 * time.Second
 }
 
-// url is Root + path; the query of Root (a key some proxies take) is kept.
+// url is Root + path (which may end in a query); the query of Root (a key
+// some proxies take) is kept, before path's.
 func (c *Client) url(op, path string) (string, error) {
 	u, err := url.Parse(c.Root)
 	if err != nil || u.Host == "" {
 		return "", &Error{Op: op, msg: fmt.Sprintf("root %q is not a URL", redact.URL(c.Root)), local: true}
 	}
+	path, query, _ := strings.Cut(path, "?")
 	u.Path = strings.TrimSuffix(u.Path, "/") + path
 	u.RawPath = ""
+	if query != "" {
+		if u.RawQuery != "" {
+			query = u.RawQuery + "&" + query
+		}
+		u.RawQuery = query
+	}
 	return u.String(), nil
 }
 
@@ -226,10 +240,25 @@ func (c *Client) do(ctx context.Context, op, method, path string, in, v any, ide
 func decode(op string, resp *http.Response, v any) error {
 	dec := json.NewDecoder(io.LimitReader(resp.Body, maxObject))
 	if err := dec.Decode(v); err != nil {
-		return &Error{Op: op, Status: resp.StatusCode, msg: "the answer is not the JSON object expected", Err: err,
+		e := &Error{Op: op, Status: resp.StatusCode, msg: "the answer is not the JSON object expected", Err: err,
 			RequestID: clean(resp.Header.Get("X-Request-Id"), 100)}
+		var ne net.Error
+		if errors.Is(err, io.ErrUnexpectedEOF) || errors.As(err, &ne) {
+			// Cut short (the connection dropped): not a wrong answer.
+			e.msg, e.cut = "the answer was cut short", true
+		}
+		return e
 	}
 	return nil
+}
+
+// ceiling is backoff doubled i times, at most maxBackoff (never overflowing).
+func ceiling(backoff, maxBackoff time.Duration, i int) time.Duration {
+	d := min(backoff, maxBackoff)
+	for ; i > 0 && d < maxBackoff; i-- {
+		d = min(2*d, maxBackoff)
+	}
+	return d
 }
 
 // retry runs attempt until it succeeds, fails for good, the retries are
@@ -258,7 +287,7 @@ func (c *Client) retry(ctx context.Context, op string, attempt func(context.Cont
 		}
 		wait := e.RetryAfter
 		if wait == 0 {
-			wait = rand.N(min(backoff<<i, maxBackoff)) + 1
+			wait = rand.N(ceiling(backoff, maxBackoff, i)) + 1
 		}
 		if c.Log != nil {
 			c.Log.Debug("batch API call retried", "op", op, "cause", e.Error(), "attempt", i+1, "wait", wait)

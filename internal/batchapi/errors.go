@@ -42,6 +42,8 @@ type Error struct {
 	msg string // what went wrong, without anything the server said
 	// local: the request was never sent (a root or an id that is not one).
 	local bool
+	// cut: a 2xx whose body ended early (a dropped connection).
+	cut bool
 }
 
 func (e *Error) Error() string {
@@ -74,7 +76,7 @@ func (e *Error) Retryable() bool {
 	switch {
 	case e.local, e.Code == "insufficient_quota":
 		return false
-	case e.Status == 0, e.Status == 408, e.Status == 429, e.Status >= 500:
+	case e.cut, e.Status == 0, e.Status == 408, e.Status == 429, e.Status >= 500:
 		return true
 	}
 	return false
@@ -93,7 +95,7 @@ func (e *Error) Outcome() outcome.Code {
 		return outcome.UpstreamEndpoint
 	case e.Status == 0 && errors.Is(e.Err, errTimeout):
 		return outcome.UpstreamTimeout
-	case e.Status == 0:
+	case e.Status == 0, e.cut:
 		return outcome.UpstreamFailed
 	case e.Code == "insufficient_quota", e.Status == 402:
 		return outcome.UpstreamQuota

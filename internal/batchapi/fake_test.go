@@ -283,3 +283,66 @@ func TestFakeGarbledOutputIsRefused(t *testing.T) {
 		})
 	}
 }
+
+// A run can find its batches again: CreateWith tags them, List gives them
+// newest first with their tags and input files (a create whose answer was
+// lost is found by its input file, and not made twice).
+func TestFakeListFindsTaggedBatches(t *testing.T) {
+	c := startFake(t, &fakehf.Batch{})
+	ctx := context.Background()
+	var files []string
+	for i := range 2 {
+		f, err := c.Upload(ctx, "rows.jsonl", input(t, 3, text))
+		if err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, f.ID)
+		if _, err := c.CreateWith(ctx, f.ID, map[string]string{"hfsent_run": "run-1", "part": fmt.Sprint(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	page, more, err := c.List(ctx, "", 10)
+	if err != nil || more || len(page) != 2 {
+		t.Fatalf("%+v %v %v", page, more, err)
+	}
+	if page[0].InputFileID != files[1] || page[1].InputFileID != files[0] || page[0].Metadata["hfsent_run"] != "run-1" || page[1].Metadata["part"] != "0" {
+		t.Fatalf("%+v", page)
+	}
+	if _, err := c.CreateWith(ctx, files[0], map[string]string{"k": strings.Repeat("v", MaxMetadataValue+1)}); err == nil {
+		t.Fatal("an over-long metadata value was sent")
+	}
+	if _, _, err := c.List(ctx, "../x", 10); err == nil {
+		t.Fatal("a bad after id was sent")
+	}
+	if n := len(page); fakeCreates(t, c) != 2 || n != 2 {
+		t.Fatalf("creates %d", fakeCreates(t, c))
+	}
+}
+
+// fakeCreates is how many batches the fake holds, through List.
+func fakeCreates(t *testing.T, c *Client) int {
+	t.Helper()
+	page, _, err := c.List(context.Background(), "", 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(page)
+}
+
+// DeleteFile removes an input file once its batch is done; a second
+// delete is a 404, not retried.
+func TestFakeDeleteFile(t *testing.T) {
+	c := startFake(t, &fakehf.Batch{})
+	end := submit(t, c, input(t, 2, text))
+	ctx := context.Background()
+	if err := c.DeleteFile(ctx, end.InputFileID); err != nil {
+		t.Fatal(err)
+	}
+	err := c.DeleteFile(ctx, end.InputFileID)
+	if e, ok := AsError(err); !ok || e.Status != 404 || e.Retryable() {
+		t.Fatalf("%v", err)
+	}
+	if out, err := results(t, c, end.OutputFileID); err != nil || len(out) != 2 {
+		t.Fatalf("%v %v", out, err)
+	}
+}

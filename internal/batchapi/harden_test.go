@@ -435,3 +435,23 @@ func (s *syncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// An id with characters a path escapes reaches the server as it is
+// (escaped once, not twice).
+func TestIDsAreEscapedOnce(t *testing.T) {
+	var got atomic.Value
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got.Store(r.URL.Path)
+		writeJSON(w, 200, `{"id":"x","object":"batch","status":"completed"}`)
+	}))
+	defer srv.Close()
+	c := &Client{HTTP: srv.Client(), Root: srv.URL + "/v1"}
+	for _, id := range []string{"batch_abc", "b|{x}^`[]", "550e8400-e29b-41d4-a716-446655440000", "a:b@c"} {
+		if _, err := c.Get(context.Background(), id); err != nil {
+			t.Fatal(err)
+		}
+		if p := got.Load().(string); p != "/v1/batches/"+id {
+			t.Errorf("%q reached the server as %q", id, p)
+		}
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"net/textproto"
 	"strings"
 	"sync"
+	"time"
 )
 
 // Upload streams jsonl to {root}/files as a batch input file (multipart,
@@ -20,9 +21,9 @@ import (
 // When jsonl's size is known (a regular *os.File, or anything with Len,
 // such as a bytes.Buffer) the request says its Content-Length, as curl -F
 // and the SDKs do; else it is sent chunked, through an io.Pipe. Upload
-// returns only once it reads jsonl no more. It is bounded by ctx only
-// (Timeout would cut a large file), and it is not retried: the file may
-// have been stored.
+// returns only once it reads jsonl no more. A file that moves is bounded by
+// ctx only; a stall is cut (Client.Timeout). It is not retried: the file
+// may have been stored.
 func (c *Client) Upload(ctx context.Context, name string, jsonl io.Reader) (File, error) {
 	const op = "upload"
 	if err := ctx.Err(); err != nil {
@@ -71,6 +72,10 @@ func (c *Client) uploadPiped(ctx context.Context, op, name string, jsonl io.Read
 	return f, err
 }
 
+// storeWait is how long an upload waits for the provider's answer once it
+// has sent the whole file: the provider may check a 200 MB file first.
+func (c *Client) storeWait() time.Duration { return 10 * c.timeout() }
+
 // checkSize warns when the provider stored another size than was sent.
 func (c *Client) checkSize(f File, sent int64) {
 	if f.Bytes != 0 && f.Bytes != sent && c.Log != nil {
@@ -78,8 +83,15 @@ func (c *Client) checkSize(f File, sent int64) {
 	}
 }
 
+// postFile sends the form. A watchdog cuts it when the provider reads
+// nothing of it for Timeout, or, once it has it all, does not answer
+// within storeWait.
 func (c *Client) postFile(ctx context.Context, op string, body io.Reader, ctype string, length int64) (File, error) {
-	req, err := c.newRequest(ctx, op, http.MethodPost, "/files", body)
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	dog := newWatchdog(c.timeout(), cancel)
+	defer dog.stop()
+	req, err := c.newRequest(sctx, op, http.MethodPost, "/files", &kicking{r: body, dog: dog, after: c.storeWait()})
 	if err != nil {
 		return File{}, err
 	}
@@ -87,14 +99,20 @@ func (c *Client) postFile(ctx context.Context, op string, body io.Reader, ctype 
 	if length >= 0 {
 		req.ContentLength = length
 	}
+	stalled := func(err error) error {
+		if dog.stop() && ctx.Err() == nil {
+			return &Error{Op: op, msg: fmt.Sprintf("the provider stopped reading the file, or did not answer, for %s", dog.wait()), Err: errTimeout}
+		}
+		return err
+	}
 	resp, err := c.send(ctx, op, req)
 	if err != nil {
-		return File{}, err
+		return File{}, stalled(err)
 	}
 	defer resp.Body.Close()
 	var w wireFile
 	if err := decode(op, resp, &w); err != nil {
-		return File{}, err
+		return File{}, stalled(err)
 	}
 	if w.ID == "" {
 		return File{}, &Error{Op: op, Status: resp.StatusCode, msg: "the answer is not a file (no id)"}
