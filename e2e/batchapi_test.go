@@ -3,9 +3,12 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -141,5 +144,61 @@ func TestBatchCancelKeepsWhatRan(t *testing.T) {
 	}
 	if !strings.Contains(stderr.String(), "cancelled=1") {
 		t.Errorf("closing line: %s", stderr)
+	}
+}
+
+// A kill while the batch is being created (its id not yet back, or the
+// create not yet sent): --resume finds the batch made from the recorded
+// file in the provider's list, or creates it from that file, and submits
+// no row twice.
+func TestBatchKilledWhileCreating(t *testing.T) {
+	for _, forward := range []bool{true, false} {
+		name := "created"
+		if !forward {
+			name = "not-created"
+		}
+		t.Run(name, func(t *testing.T) {
+			f := &fakehf.Batch{Token: batchKey}
+			defer f.Close()
+			var hold atomic.Bool
+			hold.Store(true)
+			release := make(chan struct{})
+			h := f.Handler()
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if hold.Load() && r.Method == "POST" && r.URL.Path == "/v1/batches" {
+					if forward {
+						h.ServeHTTP(httptest.NewRecorder(), r) // the batch exists; its answer is lost
+					}
+					select {
+					case <-r.Context().Done():
+					case <-release:
+					}
+					return
+				}
+				h.ServeHTTP(w, r)
+			}))
+			defer srv.Close()
+			defer close(release) // before srv.Close: a held request ends
+			dir := t.TempDir()
+			in := writeInput(t, dir, 30, uniqText)
+			out := filepath.Join(dir, "out.csv")
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			_, stop := startBatch(t, ctx, batchArgs(srv.URL, in, out), out+".hfsent-batches.jsonl")
+			deadline := time.Now().Add(10 * time.Second)
+			for forward && f.Counts().Creates == 0 && time.Now().Before(deadline) {
+				time.Sleep(5 * time.Millisecond)
+			}
+			stop(syscall.SIGKILL)
+			hold.Store(false)
+			code, e := resumeBatch(t, srv.URL, in, out)
+			if code != 0 {
+				t.Fatalf("--resume exit %d:\n%s", code, e)
+			}
+			checkComplete(t, readResults(t, out), 30)
+			if c := f.Counts(); c.Uploads != 1 || c.Creates != 1 || c.Lines != 30 {
+				t.Fatalf("counts %+v: want 1 upload, 1 batch, 30 lines", c)
+			}
+		})
 	}
 }

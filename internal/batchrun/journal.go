@@ -29,6 +29,11 @@ type record struct {
 	N       int64  `json:"n,omitempty"`
 	Replace string `json:"replace,omitempty"` // the batch id this one replaces
 	Cancel  bool   `json:"cancel,omitempty"`
+	// Pending is written before the batch of File is asked for: a run
+	// killed before the batch's id came back leaves it, and --resume finds
+	// the batch made from File (the provider's list) or creates it, so
+	// that no row is submitted twice.
+	Pending bool `json:"pending,omitempty"`
 }
 
 // journal appends records to the file beside the output, each made
@@ -60,7 +65,7 @@ func readJournal(path string) ([]record, error) {
 			return nil, bad // a bad line followed by more: not a cut-short last line
 		}
 		var r record
-		if err := json.Unmarshal(sc.Bytes(), &r); err != nil || r.Batch == "" {
+		if err := json.Unmarshal(sc.Bytes(), &r); err != nil || (r.Batch == "" && !r.Pending) {
 			bad = fmt.Errorf("%s line %d is not a batch record", path, line)
 			continue
 		}
@@ -90,7 +95,7 @@ func (j *journal) add(r record) error {
 		return fmt.Errorf("recording batch %s in %s: %w", r.Batch, j.path, err)
 	}
 	if err := j.f.Sync(); err != nil {
-		return fmt.Errorf("recording batch %s in %s: %w", r.Batch, j.path, err)
+		return fmt.Errorf("recording batch %s in %s: %w", r.Batch+r.File, j.path, err)
 	}
 	return nil
 }

@@ -209,6 +209,7 @@ func (r *Runner) Recorded() int { return len(r.batches) }
 // load rebuilds the batches and the rows they hold from the journal.
 func (r *Runner) load(recs []record) error {
 	byID := map[string]*batch{}
+	byFile := map[string]*batch{} // pending: file id -> its batch, not yet created
 	for _, rec := range recs {
 		switch {
 		case rec.Replace != "":
@@ -223,13 +224,24 @@ func (r *Runner) load(recs []record) error {
 			if b := byID[rec.Batch]; b != nil {
 				b.mine = true
 			}
+		case !rec.Pending && rec.File != "" && byFile[rec.File] != nil:
+			// The batch a pending record was waiting for.
+			b := byFile[rec.File]
+			delete(byFile, rec.File)
+			b.id = rec.Batch
+			byID[b.id] = b
 		default:
 			if rec.Rows == nil {
 				return fmt.Errorf("%s: batch %s records no rows", r.cfg.Journal, rec.Batch)
 			}
 			b := &batch{idx: len(r.batches), id: rec.Batch, file: rec.File, rows: *rec.Rows, n: rec.N}
 			r.batches = append(r.batches, b)
-			byID[b.id] = b
+			if rec.Pending {
+				b.id = ""
+				byFile[rec.File] = b
+			} else {
+				byID[b.id] = b
+			}
 			b.rows.Each(func(seq int64) bool {
 				s := r.slotAt(seq)
 				s.batch, s.subs = int32(b.idx), min(s.subs+1, 255)
@@ -250,6 +262,9 @@ func (r *Runner) Run(ctx context.Context) error {
 	}
 	r.j = j
 	defer j.close()
+	if err := r.adoptPending(ctx); err != nil {
+		return r.stopped(ctx, err)
+	}
 	if r.cfg.CancelRunning {
 		if err := r.cancelAll(ctx); err != nil {
 			return err

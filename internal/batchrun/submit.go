@@ -263,6 +263,9 @@ func (u *uploader) finish(ctx context.Context) error {
 // create creates the batch of file and records it in the journal before
 // anything else happens.
 func (r *Runner) create(ctx context.Context, file string, rows Rows, n int64) error {
+	if err := r.j.add(record{Pending: true, File: file, Rows: &rows, N: n}); err != nil {
+		return err
+	}
 	got, err := r.cfg.API.Create(ctx, file)
 	if err != nil {
 		return fmt.Errorf("creating the batch of %d rows: %w", n, err)
