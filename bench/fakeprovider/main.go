@@ -12,6 +12,19 @@
 // NAME answers every call with a recording of internal/fakehf/replays (its
 // exchanges in turn, then the last again), and -scale-to-zero DUR puts the
 // proxy of an Inference Endpoint scaled to zero in front (fakehf.ScaledToZero).
+//
+// -batch serves OpenAI's Batch API instead (fakehf.Batch, bench/batch_api.sh):
+// uploads, batches and their output and error files under /v1, each request
+// line answered as -chat answers it. A batch moves validating -> in_progress
+// -> finalizing -> completed, -batch-steps steps in each; a step is a poll of
+// that batch, or with -batch-step-time that much time from its creation (then
+// polls do not move it, and the summary's processing_ms is the fake's own
+// processing time to set the client's wall time against). -batch-expire-after,
+// -batch-cancel-after, -batch-token-limit, -batch-max-requests and
+// -batch-max-bytes are the provider's refusals and partial ends. On SIGTERM it
+// prints uploads, creates, polls, downloads, cancels, live calls, lines
+// answered, the peak of enqueued tokens, the batches by status and
+// processing_ms.
 package main
 
 import (
@@ -60,6 +73,7 @@ func main() {
 	chatWindow := flag.Duration("chat-window", 0, "with -chat: also hold the rate over this shorter window, which the headers never show (at most rate×window tokens in any window)")
 	chatNoLimitHeaders := flag.Bool("chat-no-limit-headers", false, "with -chat: send no x-ratelimit header at all")
 	chatRetryAfterMs := flag.Bool("chat-retry-after-ms", false, "with -chat: send retry-after-ms with a 429 (the time until the call's tokens are there)")
+	batchOpts := addBatchFlags()
 	flag.Parse()
 
 	var rejected, failed, outage, poisoned, loading atomic.Int64
@@ -172,6 +186,15 @@ func main() {
 			Window: *chatWindow, NoLimitHeaders: *chatNoLimitHeaders, RetryAfterMs: *chatRetryAfterMs}
 		h, calls = chatFake, chatFake.Calls
 	}
+	var batchFake *fakehf.Batch
+	if *batchOpts.on {
+		if chatFake == nil {
+			chatFake = &fakehf.Chat{Latency: *latency, NoRecord: true}
+		}
+		batchFake = batchOpts.fake(chatFake)
+		h, calls = batchFake.Handler(), chatFake.Calls
+		defer batchFake.Close()
+	}
 	var proxy *fakehf.ScaledToZero
 	if *scaleToZero > 0 {
 		proxy = &fakehf.ScaledToZero{Inner: h, StartUp: *scaleToZero}
@@ -217,6 +240,9 @@ func main() {
 		}
 		if chatFake != nil {
 			fmt.Fprintf(os.Stderr, "fakeprovider: chat calls=%d 429=%d tokens_accepted=%d\n", chatFake.Calls(), chatFake.Rejected(), chatFake.Tokens())
+		}
+		if batchFake != nil {
+			reportBatch(os.Stderr, batchFake)
 		}
 		fmt.Fprintf(os.Stderr, "fakeprovider: calls=%d max_in_flight=%d mean_in_flight=%.2f 429=%d 503=%d outage_500=%d poison=%d loading=%d\n",
 			calls(), f.MaxInFlight(), meanInFlight(), rejected.Load(), failed.Load(), outage.Load(), poisoned.Load(), loading.Load())

@@ -37,6 +37,7 @@ type classifyOptions struct {
 	prog        progressOptions
 	cost        costOptions
 	dryRun      bool
+	batch       batchOptions
 }
 
 func newClassifyCmd(ios *IOStreams, g *globalOptions) *cobra.Command {
@@ -67,7 +68,10 @@ Every final answer is kept in a response cache across runs, under the key of
 the exact request (--cache-dir, default the user's cache directory/hfsent;
 --no-cache bypasses it): the same request is never paid for twice.
 --dry-run prints what a run would send, cost and take, without a call;
---max-spend stops a run before it spends more.
+--max-spend stops a run before it spends more. With --provider chat,
+--batch-api sends the rows through the provider's OpenAI-style Batch API at
+its batch price instead of live calls, recording the batches beside
+--output for --resume (docs/guides/batch-api.md).
 Text, label and error that begin with = + - @ tab or CR get a leading ' so
 that a spreadsheet does not run them as formulas (--raw-csv: as they are);
 request_id is written exactly as read.
@@ -123,6 +127,7 @@ The token comes from HF_TOKEN, else the Hugging Face token file
 	fs.StringVar(&o.report, "report", "", "at the end, draw the run to this .svg or .html file (see hfsent report)")
 	fs.Var(&o.failOn, "fail-on", "which failed rows make the exit code 1: any, a failure rate such as 5% (exit 1 above it), or none")
 	addProgressFlags(fs, &o.prog, "bar")
+	addBatchFlags(fs, &o.batch)
 	return cmd
 }
 
@@ -156,7 +161,7 @@ func (o *classifyOptions) validate() error {
 	if o.dryRun && o.resume {
 		return usageErrorf("--dry-run estimates a whole INPUT: leave --resume out")
 	}
-	return nil
+	return o.batch.validate(o)
 }
 
 func runClassify(ctx context.Context, o *classifyOptions, ios *IOStreams, log *slog.Logger) error {
@@ -184,7 +189,14 @@ func runClassify(ctx context.Context, o *classifyOptions, ios *IOStreams, log *s
 	}
 	o.prov.ledger = ledger
 	if o.dryRun {
+		if o.batch.api {
+			// Estimated at the price the batches would be charged.
+			ledger = o.batch.batchPrices(ledger)
+		}
 		return runDryRun(ctx, o, ios, log, src, ledger)
+	}
+	if o.batch.api {
+		return runBatchClassify(ctx, o, ios, log, src, info)
 	}
 	leaveBudget, err := o.prov.joinBudget(ctx, ios, log, &o.db, nil, budget.KindClassify)
 	if err != nil {

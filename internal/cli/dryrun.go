@@ -90,6 +90,10 @@ func dryRunLine(e engine.Estimate, o *classifyOptions) string {
 	if o.prov.lab.tpm > 0 {
 		pace += fmt.Sprintf(", --tpm %d", o.prov.lab.tpm)
 	}
+	if o.batch.api {
+		// Not paced: the provider answers within its 24h window.
+		pace = "--batch-api: the live time; a batch is answered within 24h, at the batch price"
+	}
 	fmt.Fprintf(&b, " pace=%q", pace)
 	return b.String()
 }

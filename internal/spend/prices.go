@@ -226,3 +226,40 @@ func printable(s string) string {
 	}
 	return s
 }
+
+// AtBatch is ps as a Batch API charges: each model's batch price where
+// the list gives one, else BatchDiscount × its live price, else (no
+// discount given) the live price itself, never a guess below what may be
+// charged. A ledger of these prices charges a batch's usage as a live
+// ledger charges a call's.
+func (ps Prices) AtBatch() Prices {
+	at := func(p Price) Price {
+		in, out := p.In, p.Out
+		switch {
+		case p.Batch:
+			in, out = p.InBatch, p.OutBatch
+		case ps.BatchDiscount > 0:
+			in, out = in*ps.BatchDiscount, out*ps.BatchDiscount
+		}
+		return Price{In: in, Out: out, InBatch: in, OutBatch: out, Batch: true}
+	}
+	out := Prices{Source: ps.Source, BatchDiscount: ps.BatchDiscount}
+	if ps.flat != nil {
+		f := at(*ps.flat)
+		out.flat = &f
+	}
+	if ps.table != nil {
+		out.table = make(map[string]Price, len(ps.table))
+		for k, p := range ps.table {
+			out.table[k] = at(p)
+		}
+	}
+	return out
+}
+
+// HasBatch reports whether model's batch price is known: the list gives
+// one, or BatchDiscount prices it.
+func (ps Prices) HasBatch(model string) bool {
+	p, ok := ps.For(model)
+	return ok && (p.Batch || ps.BatchDiscount > 0)
+}
