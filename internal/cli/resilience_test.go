@@ -133,6 +133,7 @@ func TestStormFinishesWithFew429s(t *testing.T) {
 		t.Fatalf("exit %d, %d of 340 success\n%s", res.code, res.count("outcome", "success"), res.stderr)
 	}
 	calls, r429 := f.Calls(), rejected.Load()
+	t.Logf("429s: %d of %d calls", r429, calls)
 	if share := float64(r429) / float64(calls); share >= 0.10 {
 		t.Fatalf("429s were %d of %d calls (%.1f%%), want under 10%%", r429, calls, 100*share)
 	}
