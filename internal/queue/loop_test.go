@@ -56,11 +56,11 @@ func (f *fakeStore) Cycle(ctx context.Context, in CycleIn) (CycleOut, error) {
 	return r.out, r.err
 }
 
-func (f *fakeStore) Heartbeat(ctx context.Context, host string, pid int, held []int64) (int64, int64, int64, error) {
+func (f *fakeStore) Heartbeat(ctx context.Context, host string, pid int, held []int64) ([]int64, int64, int64, error) {
 	if f.heartbeat != nil {
-		return 0, 0, 0, f.heartbeat(held)
+		return nil, 0, 0, f.heartbeat(held)
 	}
-	return int64(len(held)), 0, 0, nil
+	return held, 0, 0, nil
 }
 
 func (f *fakeStore) listen(ctx context.Context, notified func()) error {
