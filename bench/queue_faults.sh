@@ -5,7 +5,8 @@
 # Worker 3 is stopped (SIGSTOP) at STOP_AT seconds (1.0) for STOP_FOR (3),
 # then continued; worker 2 is killed with -9 at KILL_AT (1.5). Per run it
 # prints the fake provider's own peak of calls in flight and whether every
-# row ended once, success; then "N of RUNS over cap".
+# row ended once, success; then "N of RUNS over cap". No response cache: the
+# runs share a database, and answers cached by one would hide the next's calls.
 #   RUNS=30 bench/queue_faults.sh
 #   BIN=./hfsent BASE_BIN=/tmp/hfsent-base bench/queue_faults.sh   # after, then before
 # BIN is the build measured (default: this tree); BASE_BIN, when set, is
@@ -29,7 +30,7 @@ one_run() {
   start_fake -latency "${latency_ms}ms"
   start=$(date +%s.%N)
   for i in 1 2 3; do
-    "$bin" worker --db "$db" --batch "$batch" --endpoint "http://$(fake_addr)" -c 4 --lease "$lease" --no-dedupe \
+    "$bin" worker --db "$db" --batch "$batch" --endpoint "http://$(fake_addr)" -c 4 --lease "$lease" --no-dedupe --no-cache \
       --exit-when-done --no-progress --log-level warn 2>"$work/$batch.w$i.log" &
     pids+=($!)
   done
