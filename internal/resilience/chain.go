@@ -617,9 +617,20 @@ func (m *meter) attempt(ctx context.Context, r *Row, c provider.Call) (provider.
 	m.c.Calls.Add(1)
 	m.c.callStarted()
 	m.run.first.CompareAndSwap(0, start.UnixNano())
+	var gate *provider.SendGate
+	if r.Held != nil {
+		// Asked again by the transport as it writes the request: the
+		// process may be stopped between the check above and the write.
+		gate = provider.NewSendGate(r.Held)
+		ctx = provider.WithSendGate(ctx, gate)
+	}
 	ans, err := m.client.Classify(ctx, c)
 	d := time.Since(start)
 	m.c.callEnded(d)
+	if gate != nil && gate.Refused() {
+		m.unsent(r)
+		return provider.Answer{}, errLapsed
+	}
 	if m.c.Observe != nil {
 		m.c.Observe(d, err)
 	}
@@ -667,6 +678,18 @@ func (m *meter) judged(ctx context.Context, r *Row, c provider.Call, err error) 
 		return pe
 	}
 	return err
+}
+
+// unsent takes back the count of a call the send gate stopped: nothing
+// reached the provider.
+func (m *meter) unsent(r *Row) {
+	if r.sent > 1 {
+		m.c.Retries.Add(-1)
+	}
+	m.c.Calls.Add(-1)
+	if r.sent--; r.sent == 0 {
+		r.first = time.Time{}
+	}
 }
 
 // sampler is how the verdict sends its harmless sample text on the row's
