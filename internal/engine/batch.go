@@ -218,7 +218,7 @@ func (p *Pipeline) send(ctx context.Context, permit *resilience.Permit, batch []
 	for i, it := range batch {
 		texts[i] = it.job.Row.Text
 	}
-	row := &resilience.Row{Permit: permit, Stop: p.admitCtx.Done(), FailFast: p.cfg.FailFast}
+	row := &resilience.Row{Permit: permit, Stop: p.admitCtx.Done(), FailFast: p.cfg.FailFast, Held: leasesHeld(batch)}
 	ans, err := p.guard.Classify(ctx, row, texts)
 	answered := time.Now()
 	if at, ok := row.FirstAttempt(); ok && started.IsZero() {
@@ -311,4 +311,26 @@ func splittable(err error) bool {
 		return false
 	}
 	return pe.Outcome == outcome.UpstreamPayload || pe.Outcome == outcome.UpstreamRequestRejected
+}
+
+// leasesHeld is the check, just before each call, that every job of batch
+// still holds its lease (Job.Lease); nil when none has one.
+func leasesHeld(batch []item) func() bool {
+	var leases []Lease
+	for _, it := range batch {
+		if it.job.Lease != nil {
+			leases = append(leases, it.job.Lease)
+		}
+	}
+	if leases == nil {
+		return nil
+	}
+	return func() bool {
+		for _, l := range leases {
+			if !l.Held() {
+				return false
+			}
+		}
+		return true
+	}
 }

@@ -90,8 +90,22 @@ type Job struct {
 	// Group, when set, admits this job with the others of its group as
 	// one (the items of one serve request): see Group.
 	Group *Group
+	// Lease, when set, is what the row holds outside the process to be
+	// sent (a queue's claim, and its place under the queue's caps): its
+	// call is sent only while Held reports true, asked just before the
+	// call goes, after every wait. A row whose lease lapsed ends
+	// not_attempted, never sent by this process.
+	Lease Lease
 
 	cache cachedJob // the pipeline's: what the response cache holds for it
+}
+
+// Lease is a job's hold on its row outside the process (Job.Lease).
+type Lease interface {
+	// Held reports whether the row may be sent now, by the process's own
+	// monotonic clock. It is called from the row's goroutine, just before
+	// each call.
+	Held() bool
 }
 
 // Group is jobs admitted as one. The first of them to come up for a slot
@@ -748,6 +762,8 @@ func (p *Pipeline) classifyError(err error, rowCtx context.Context) (outcome.Cod
 		return pe.Outcome, pe.Short()
 	}
 	switch {
+	case resilience.IsLapsed(err):
+		return outcome.NotAttempted, "not sent: the row's lease lapsed before its call (the process was stopped, or could not renew it, past its lease); another worker may hold it"
 	case resilience.IsStopped(err):
 		return outcome.NotAttempted, "not sent: " + string(p.StopReason())
 	case p.callCtx.Err() != nil:

@@ -136,8 +136,15 @@ func NewHTTPClient(concurrency int, connectTimeout time.Duration) *http.Client {
 	}
 	dialer := &net.Dialer{Timeout: connectTimeout, KeepAlive: 30 * time.Second}
 	tr := &http.Transport{
-		Proxy:                 http.ProxyFromEnvironment,
-		DialContext:           dialer.DialContext,
+		Proxy: http.ProxyFromEnvironment,
+		// Every connection can hold a call back at its write (SendGate).
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			c, err := dialer.DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			return &gatedConn{Conn: c}, nil
+		},
 		ForceAttemptHTTP2:     true,
 		MaxIdleConns:          concurrency * 2,
 		MaxIdleConnsPerHost:   concurrency,
@@ -386,7 +393,7 @@ func (h *HF) Classify(ctx context.Context, call Call) (Answer, error) {
 // read. An error is net/http's, for the caller to classify
 // (transportError).
 func (h *HF) exchange(req *http.Request) (resp *http.Response, buf *bytes.Buffer, release func(), err error) {
-	resp, err = h.client.Do(req)
+	resp, err = h.client.Do(gated(req))
 	if err != nil {
 		// net/http's *url.Error prints the URL (it hides a password, not a
 		// query's api_key); it is kept for errors.As, but redacted.

@@ -12,8 +12,11 @@ import (
 // expires and is redone), records that the worker is alive, and rescues
 // rows whose lease expired under any worker: back to pending after a
 // backoff, or, once their attempts are used up, done with their last
-// failure (or upstream_failed when they never got one).
-func (s *Session) Heartbeat(ctx context.Context, host string, pid int, held []int64) (renewed, rescued, exhausted int64, err error) {
+// failure (or upstream_failed when they never got one). renewed are the
+// rows whose renewal committed (nil when it did not, even if err is nil
+// for nothing held): a row whose lease had already expired is not renewed
+// (renew.sql).
+func (s *Session) Heartbeat(ctx context.Context, host string, pid int, held []int64) (renewed []int64, rescued, exhausted int64, err error) {
 	b := &pgx.Batch{}
 	// The renewal first, in a transaction of its own, so that this worker's
 	// own rows are renewed, not rescued; then, in another, the worker seen
@@ -21,12 +24,20 @@ func (s *Session) Heartbeat(ctx context.Context, host string, pid int, held []in
 	// (enter_batch.sql), as every worker transaction does.
 	b.Queue("begin")
 	sqlEnterBatch.queue(b, pgx.StrictNamedArgs{"batch": s.batch.ID})
+	var seqs []int64
 	sqlRenew.queue(b, pgx.StrictNamedArgs{"batch": s.batch.ID, "owner": s.owner, "lease_ms": s.lease.Milliseconds(), "held": held}).
-		Exec(func(tag pgconn.CommandTag) error {
-			renewed = tag.RowsAffected()
-			return nil
+		Query(func(rows pgx.Rows) (err error) {
+			seqs, err = pgx.CollectRows(rows, pgx.RowTo[int64])
+			return err
 		})
-	b.Queue("commit")
+	// The renewal counts once committed, whatever follows.
+	b.Queue("commit").Exec(func(pgconn.CommandTag) error {
+		renewed = seqs
+		if renewed == nil {
+			renewed = []int64{}
+		}
+		return nil
+	})
 	b.Queue("begin")
 	sqlEnterBatch.queue(b, pgx.StrictNamedArgs{"batch": s.batch.ID})
 	sqlWorkerSeen.queue(b, pgx.StrictNamedArgs{"batch": s.batch.ID, "owner": s.owner, "host": host, "pid": pid}).

@@ -16,8 +16,9 @@ import (
 type store interface {
 	// Cycle is one round trip: results written, rows claimed and reserved.
 	Cycle(ctx context.Context, in CycleIn) (CycleOut, error)
-	// Heartbeat renews the leases of the rows held and rescues expired ones.
-	Heartbeat(ctx context.Context, host string, pid int, held []int64) (renewed, rescued, exhausted int64, err error)
+	// Heartbeat renews the leases of the rows held (renewed: those whose
+	// renewal committed; nil: none did) and rescues expired ones.
+	Heartbeat(ctx context.Context, host string, pid int, held []int64) (renewed []int64, rescued, exhausted int64, err error)
 	// listen calls notified on each notification for the batch (and once
 	// it listens) until its connection fails or ctx ends.
 	listen(ctx context.Context, notified func()) error
@@ -63,6 +64,7 @@ type cycleDone struct {
 	in   CycleIn
 	out  CycleOut
 	err  error
+	at   time.Time // when it was sent: the leases it took count from here
 	took time.Duration
 }
 
@@ -235,7 +237,7 @@ func (l *loop) launch(in CycleIn) {
 		l.w.stats.Cycles++
 		l.w.stats.CycleTime += time.Since(t0)
 		l.w.mu.Unlock()
-		l.cycles <- cycleDone{in, out, err, time.Since(t0)}
+		l.cycles <- cycleDone{in, out, err, t0, time.Since(t0)}
 	}()
 }
 
@@ -285,11 +287,16 @@ func (l *loop) wait(ctx context.Context) {
 	}
 }
 
-// submit hands a claimed row to the pipeline.
-func (l *loop) submit(cl Claimed, now time.Time) {
+// submit hands a claimed row to the pipeline, sent only while lease holds
+// (nil: a loop test's row that has none).
+func (l *loop) submit(cl Claimed, now time.Time, lease *rowLease) {
 	l.held++
-	l.p.Submit(&engine.Job{Row: input.Row{Seq: cl.Seq, ID: cl.RequestID, Text: cl.Text}, At: now,
-		Done: func(res results.Row) { l.done <- finished{cl, res} }})
+	j := &engine.Job{Row: input.Row{Seq: cl.Seq, ID: cl.RequestID, Text: cl.Text}, At: now,
+		Done: func(res results.Row) { l.done <- finished{cl, res} }}
+	if lease != nil {
+		j.Lease = lease
+	}
+	l.p.Submit(j)
 }
 
 // finish turns a finished row into its completion and, when it ran under
@@ -302,15 +309,22 @@ func (l *loop) finish(f finished) {
 	swappedIn := l.unconfirmed[f.c.Seq]
 	delete(l.unconfirmed, f.c.Seq)
 	if !swappedIn && c.Action != GiveBack && len(l.reserve) > 0 && l.swapOK() {
-		y := l.reserve[0]
-		l.reserve = l.reserve[1:]
-		c.Promote = &y
-		l.unconfirmed[y.Seq] = true
-		l.w.mu.Lock()
-		l.w.stats.Claimed++
-		l.w.stats.Swapped++
-		l.w.mu.Unlock()
-		l.submit(y, time.Now())
+		// The reservation takes the finished row's place under the cap:
+		// both leases must hold now, and it is sent only while both do,
+		// until the swap commits (tripDone).
+		place, y := l.w.leaseOf(f.c.Seq), l.w.leaseOf(l.reserve[0].Seq)
+		if place != nil && y != nil && place.Held() && y.Held() {
+			y.slot.Store(place)
+			r := l.reserve[0]
+			l.reserve = l.reserve[1:]
+			c.Promote = &r
+			l.unconfirmed[r.Seq] = true
+			l.w.mu.Lock()
+			l.w.stats.Claimed++
+			l.w.stats.Swapped++
+			l.w.mu.Unlock()
+			l.submit(r, time.Now(), y)
+		}
 	}
 	l.pending = append(l.pending, c)
 }
@@ -421,9 +435,7 @@ func (l *loop) tripDone(c cycleDone, back []Claimed) []Claimed {
 	}
 	l.w.account(c.in.Done, c.out)
 	l.held -= len(c.in.Done)
-	for _, seq := range c.out.Promoted {
-		delete(l.unconfirmed, seq)
-	}
+	l.confirmSwaps(c)
 	now := time.Now()
 	if l.g != nil {
 		if c.out.Paused > 0 {
@@ -433,7 +445,7 @@ func (l *loop) tripDone(c cycleDone, back []Claimed) []Claimed {
 			l.g.OpenUntil(now.Add(c.out.Open))
 		}
 	}
-	running := l.w.hold(c.in.Release, c.out.Claimed)
+	running := l.w.hold(c.in.Release, c.out.Claimed, c.at)
 	for _, cl := range c.out.Claimed {
 		if cl.Reserved {
 			l.reserve = append(l.reserve, cl)
@@ -445,10 +457,36 @@ func (l *loop) tripDone(c cycleDone, back []Claimed) []Claimed {
 				break
 			}
 		}
-		l.submit(cl, now)
+		l.submit(cl, now, l.w.leaseOf(cl.Seq))
 	}
 	l.claimed(c.in, c.out, running)
 	return back
+}
+
+// confirmSwaps takes in the swaps a round trip that went through carried:
+// a reservation made running runs in a place of its own under the cap,
+// leased from when the round trip was sent; one that was not (the
+// finished row's lease had passed on) has no place, and is not sent.
+func (l *loop) confirmSwaps(c cycleDone) {
+	promoted := make(map[int64]bool, len(c.out.Promoted))
+	for _, seq := range c.out.Promoted {
+		promoted[seq] = true
+		delete(l.unconfirmed, seq)
+	}
+	for _, d := range c.in.Done {
+		if d.Promote == nil {
+			continue
+		}
+		y := l.w.leaseOf(d.Promote.Seq)
+		switch {
+		case y == nil:
+		case promoted[d.Promote.Seq]:
+			y.extend(c.at, l.w.db.Lease())
+			y.slot.Store(nil)
+		default:
+			y.lapsed.Store(true)
+		}
+	}
 }
 
 // claimed decides what follows a claim: one that asked for rows and got

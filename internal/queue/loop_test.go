@@ -8,6 +8,7 @@ package queue
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -56,11 +57,11 @@ func (f *fakeStore) Cycle(ctx context.Context, in CycleIn) (CycleOut, error) {
 	return r.out, r.err
 }
 
-func (f *fakeStore) Heartbeat(ctx context.Context, host string, pid int, held []int64) (int64, int64, int64, error) {
+func (f *fakeStore) Heartbeat(ctx context.Context, host string, pid int, held []int64) ([]int64, int64, int64, error) {
 	if f.heartbeat != nil {
-		return 0, 0, 0, f.heartbeat(held)
+		return nil, 0, 0, f.heartbeat(held)
 	}
-	return int64(len(held)), 0, 0, nil
+	return held, 0, 0, nil
 }
 
 func (f *fakeStore) listen(ctx context.Context, notified func()) error {
@@ -812,5 +813,76 @@ func TestLoopGivesUpOnAnUnreachableDatabaseAfterTheGrace(t *testing.T) {
 		case <-deadline:
 			t.Fatal("the worker did not give up")
 		}
+	}
+}
+
+// A row is sent only while its lease holds by the worker's own clock
+// (engine.Job.Lease): the rows of a claim whose answer came back past the
+// lease (the process was stopped with the round trip on its way) are
+// submitted lapsed.
+func TestLoopLeasesCountFromTheClaimSent(t *testing.T) {
+	db := &fakeStore{lease: 200 * time.Millisecond}
+	r := startLoop(t, WorkerConfig{Capacity: 1}, db, nil)
+	tr := r.trip()
+	time.Sleep(db.lease)
+	tr.answer(CycleOut{Claimed: claims([]int64{1})}, nil)
+	if j := r.job(); j.Lease == nil || j.Lease.Held() {
+		t.Fatalf("row 1 submitted with lease %v, held; its claim was sent a lease ago", j.Lease)
+	}
+}
+
+// A reservation starts in a finished row's place only while both leases
+// hold by the worker's clock: not when the heartbeat went through but the
+// database renewed neither (they had expired there: the place may be
+// another worker's), although the heartbeat itself is recent.
+func TestLoopSwapsOnlyUnderLiveLeases(t *testing.T) {
+	db := &fakeStore{reserves: true, lease: 300 * time.Millisecond,
+		heartbeat: func([]int64) error { return nil }} // answered, nothing renewed
+	r := startLoop(t, WorkerConfig{Capacity: 1}, db, nil)
+	r.trip().answer(CycleOut{Claimed: claims([]int64{1}, 2)}, nil)
+	j := r.job()
+	time.Sleep(db.lease)
+	finishRow(j, outcome.Success)
+	r.noJob("both leases lapsed")
+	for _, d := range r.trip().in.Done {
+		if d.Promote != nil {
+			t.Fatalf("row %d's result promotes reservation %d", d.Seq, d.Promote.Seq)
+		}
+	}
+}
+
+// A reservation started in a finished row's place runs on that row's place
+// until the swap commits: then on a lease of its own; a swap refused (the
+// finished row's lease had passed on) leaves it with no place, lapsed.
+func TestLoopSwappedRowTakesItsLeaseFromTheSwap(t *testing.T) {
+	for _, committed := range []bool{true, false} {
+		t.Run(fmt.Sprintf("committed=%v", committed), func(t *testing.T) {
+			r := startLoop(t, WorkerConfig{Capacity: 1}, &fakeStore{reserves: true}, nil)
+			r.trip().answer(CycleOut{Claimed: claims([]int64{1}, 2)}, nil)
+			finishRow(r.job(), outcome.Success)
+			j := r.job()
+			l, ok := j.Lease.(*rowLease)
+			if !ok || !l.Held() || l.slot.Load() == nil {
+				t.Fatalf("reservation 2 started with lease %+v; want held, on row 1's place", j.Lease)
+			}
+			out := CycleOut{Written: 1}
+			if committed {
+				out.Promoted = []int64{2}
+			}
+			r.trip().answer(out, nil)
+			settled := func() bool {
+				if committed {
+					return l.slot.Load() == nil && l.Held()
+				}
+				return !l.Held()
+			}
+			deadline := time.Now().Add(patience)
+			for !settled() {
+				if time.Now().After(deadline) {
+					t.Fatalf("swap committed=%v: lease held %v, on another's place %v", committed, l.Held(), l.slot.Load() != nil)
+				}
+				time.Sleep(time.Millisecond)
+			}
+		})
 	}
 }

@@ -720,7 +720,7 @@ func TestReservations(t *testing.T) {
 
 	// The heartbeat renews a reservation's lease; given back, another
 	// worker can claim it.
-	if renewed, _, _, err := a.Heartbeat(ctx, "h", 1, []int64{aRes[1].Seq}); err != nil || renewed != 1 {
+	if renewed, _, _, err := a.Heartbeat(ctx, "h", 1, []int64{aRes[1].Seq}); err != nil || len(renewed) != 1 {
 		t.Fatalf("heartbeat renewed %d, %v; want the reservation", renewed, err)
 	}
 	if _, err := a.Cycle(ctx, CycleIn{Release: []int64{aRes[1].Seq}}); err != nil {

@@ -74,10 +74,14 @@ type Worker struct {
 	gone atomic.Bool
 
 	// mu guards stats (the loop and its round trips write them, Stats reads
-	// them) and held (the loop writes it, the heartbeat reads it).
+	// them) and held (the loop writes it, the heartbeat reads it and
+	// extends the leases).
 	mu    sync.Mutex
 	stats WorkerStats
-	held  map[int64]struct{} // seqs claimed or reserved and not yet written, for the heartbeat
+	// held are the rows claimed or reserved and not yet written, with their
+	// leases on this process's monotonic clock (counted from base).
+	held map[int64]*rowLease
+	base time.Time
 }
 
 // NewWorker prepares a worker on session s.
@@ -99,7 +103,7 @@ func newWorker(db store, b *Batch, cfg WorkerConfig) *Worker {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	return &Worker{db: db, batch: b, cfg: cfg, log: cfg.Logger, wake: make(chan struct{}, 1),
-		stats: WorkerStats{Counts: map[outcome.Code]int64{}}, held: map[int64]struct{}{}}
+		stats: WorkerStats{Counts: map[outcome.Code]int64{}}, held: map[int64]*rowLease{}, base: time.Now()}
 }
 
 // Tune sets the hooks through which the guarded classifier tells the
@@ -292,23 +296,49 @@ func (w *Worker) account(sent []Completion, out CycleOut) {
 	}
 }
 
-// hold records what a round trip changed in the rows this worker holds,
-// for the heartbeat: the reservations it gave back go, the rows it claimed
-// or reserved come. It returns how many of those it claimed running.
-func (w *Worker) hold(released []int64, claimed []Claimed) (running int) {
+// hold records what a round trip sent at at changed in the rows this
+// worker holds: the reservations it gave back go, the rows it claimed or
+// reserved come, each with a lease of its own from at. It returns how many
+// of those it claimed running.
+func (w *Worker) hold(released []int64, claimed []Claimed, at time.Time) (running int) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for _, seq := range released {
 		delete(w.held, seq)
 	}
 	for _, cl := range claimed {
-		w.held[cl.Seq] = struct{}{}
+		// A new claim (or reservation) is a new lease: one lost before
+		// (lapsed) does not carry over.
+		l := &rowLease{base: w.base}
+		l.extend(at, w.db.Lease())
+		w.held[cl.Seq] = l
 		if !cl.Reserved {
 			running++
 		}
 	}
 	w.stats.Claimed += int64(running)
 	return running
+}
+
+// leaseOf is the lease of a row this worker holds (nil: it holds none).
+func (w *Worker) leaseOf(seq int64) *rowLease {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.held[seq]
+}
+
+// renew extends the leases of the rows the database renewed, in a
+// heartbeat sent at sent. A row held but not renewed (its lease had
+// already expired there: another worker may have its place) keeps the end
+// it had, and lapses at it.
+func (w *Worker) renew(seqs []int64, sent time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, seq := range seqs {
+		if l := w.held[seq]; l != nil {
+			l.extend(sent, w.db.Lease())
+		}
+	}
 }
 
 // heldSeqs lists the rows this worker holds.
@@ -330,6 +360,9 @@ func (w *Worker) heartbeat(ctx context.Context) {
 	for {
 		sent := time.Now()
 		renewed, rescued, exhausted, err := w.db.Heartbeat(ctx, w.cfg.Host, w.cfg.PID, w.heldSeqs())
+		if renewed != nil {
+			w.renew(renewed, sent)
+		}
 		if err == nil {
 			w.renewed.Store(sent.UnixNano())
 		}
@@ -345,7 +378,6 @@ func (w *Worker) heartbeat(ctx context.Context) {
 			w.log.Info("rescued rows whose lease expired (their worker stopped)", "back_to_pending", rescued, "attempts_used_up", exhausted)
 			w.poke()
 		}
-		_ = renewed
 		select {
 		case <-ctx.Done():
 			return

@@ -524,9 +524,27 @@ type Row struct {
 	// waited before the next call. For a preflight (check), whose one call
 	// may wait for the model.
 	WaitForModel bool
+	// Held, when set, says whether the row may still be sent: asked at the
+	// last moment before each of its calls (after every wait: admission,
+	// the rate limits, a backoff, the breaker), so that a row whose lease
+	// outside the process lapsed meanwhile (a queue's claim, by the
+	// process's own monotonic clock) is not sent. The row then ends with
+	// ErrLapsed, not sent.
+	Held func() bool
 
 	rowState
 }
+
+// errLapsed is a row not sent because its lease outside the process lapsed
+// (Row.Held).
+var errLapsed = errors.New("not sent: the row's lease lapsed before its call")
+
+// IsLapsed reports whether err says a row was not sent because its lease
+// lapsed (Row.Held).
+func IsLapsed(err error) bool { return errors.Is(err, errLapsed) }
+
+// lapsed reports whether r may no longer be sent (Row.Held).
+func (r *Row) lapsed() bool { return r.Held != nil && !r.Held() }
 
 // Attempts is the number of calls sent to the primary provider for the
 // row, the verdict's sample text included.
@@ -611,6 +629,10 @@ type meter struct {
 }
 
 func (m *meter) attempt(ctx context.Context, r *Row, c provider.Call) (provider.Answer, error) {
+	if r.lapsed() {
+		// Checked here, the last step before the call, after every wait.
+		return provider.Answer{}, errLapsed
+	}
 	r.waiting = waitCall
 	if err := ctx.Err(); err != nil {
 		// The row ended before its call went: nothing is sent, or counted.
@@ -628,9 +650,20 @@ func (m *meter) attempt(ctx context.Context, r *Row, c provider.Call) (provider.
 	m.c.Calls.Add(1)
 	m.c.callStarted()
 	m.run.first.CompareAndSwap(0, start.UnixNano())
+	var gate *provider.SendGate
+	if r.Held != nil {
+		// Asked again by the transport as it writes the request: the
+		// process may be stopped between the check above and the write.
+		gate = provider.NewSendGate(r.Held)
+		ctx = provider.WithSendGate(ctx, gate)
+	}
 	ans, err := m.client.Classify(ctx, c)
 	d := time.Since(start)
 	m.c.callEnded(d)
+	if gate != nil && gate.Refused() {
+		m.unsent(r)
+		return provider.Answer{}, errLapsed
+	}
 	if m.c.Observe != nil {
 		m.c.Observe(d, err)
 	}
@@ -680,6 +713,18 @@ func (m *meter) judged(ctx context.Context, r *Row, c provider.Call, err error) 
 	return err
 }
 
+// unsent takes back the count of a call the send gate stopped: nothing
+// reached the provider.
+func (m *meter) unsent(r *Row) {
+	if r.sent > 1 {
+		m.c.Retries.Add(-1)
+	}
+	m.c.Calls.Add(-1)
+	if r.sent--; r.sent == 0 {
+		r.first = time.Time{}
+	}
+}
+
 // sampler is how the verdict sends its harmless sample text on the row's
 // behalf: a call like any other for the row's attempts and the counters,
 // with the same hints as the call that prompted it, outside the breaker and
@@ -690,6 +735,9 @@ func (m *meter) sampler(err error, r *Row, c provider.Call) func(context.Context
 		return nil
 	}
 	return func(ctx context.Context, texts []string) (provider.Answer, error) {
+		if r.lapsed() {
+			return provider.Answer{}, errLapsed
+		}
 		m.c.Calls.Add(1)
 		r.sampled++
 		sc := c
@@ -716,6 +764,9 @@ type fallbackMeter struct {
 func (m *fallbackMeter) attempt(ctx context.Context, r *Row, c provider.Call) (provider.Answer, error) {
 	if err := ctx.Err(); err != nil {
 		return provider.Answer{}, err
+	}
+	if r.lapsed() {
+		return provider.Answer{}, errLapsed
 	}
 	m.c.FallbackCalls.Add(1)
 	r.fallbacks++

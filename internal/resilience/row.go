@@ -32,6 +32,9 @@ func (g *Guard) Classify(ctx context.Context, r *Row, texts []string) (provider.
 		}
 		if isOpen(err) {
 			// Refused by the breaker: nothing was sent.
+			if r.lapsed() {
+				return provider.Answer{}, errLapsed
+			}
 			if ans, ok := g.tryFallback(ctx, r, texts); ok {
 				return ans, nil
 			}
@@ -42,6 +45,11 @@ func (g *Guard) Classify(ctx context.Context, r *Row, texts []string) (provider.
 				return provider.Answer{}, g.end(ctx, &r.rowState, werr)
 			}
 			continue
+		}
+		if IsLapsed(err) {
+			// Not sent, and never to be by this process: another may
+			// hold the row now.
+			return provider.Answer{}, err
 		}
 		if IsStopped(err) || isCtxErr(err) {
 			return provider.Answer{}, g.end(ctx, &r.rowState, err)
