@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"strings"
-	"unicode"
 
 	"github.com/hfsent/hfsent/internal/redact"
 )
@@ -289,28 +288,7 @@ func isAbsent(raw json.RawMessage) bool {
 // invalid UTF-8 replaced, the given secrets and anything that looks like a
 // credential redacted, at most MaxMessage characters.
 func Summarise(s string, secrets ...string) string {
-	s = redact.Text(strings.ToValidUTF8(s, "\uFFFD"), secrets...)
-	var b strings.Builder
-	space := false
-	n := 0
-	for _, r := range s {
-		if unicode.IsSpace(r) || unicode.IsControl(r) || unicode.Is(unicode.Cf, r) {
-			space = b.Len() > 0
-			continue
-		}
-		if n >= MaxMessage {
-			b.WriteString("…")
-			break
-		}
-		if space {
-			b.WriteByte(' ')
-			n++
-			space = false
-		}
-		b.WriteRune(r)
-		n++
-	}
-	return b.String()
+	return redact.Line(s, MaxMessage, secrets...)
 }
 
 // clean keeps the printable ASCII of an id or a code, at most n bytes.

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"net/http"
 	"strings"
-	"unicode"
 	"unicode/utf8"
 
 	"github.com/hfsent/hfsent/internal/redact"
@@ -114,29 +113,7 @@ func looksHTML(h http.Header, body []byte) bool {
 // like one (or a URL's credentials) redacted, and at most MaxReason
 // characters.
 func summarise(s string, secrets ...string) string {
-	s = strings.ToValidUTF8(s, "\uFFFD")
-	s = redact.Text(s, secrets...)
-	var b strings.Builder
-	space := false
-	n := 0
-	for _, r := range s {
-		if unicode.IsSpace(r) || unicode.IsControl(r) || unicode.Is(unicode.Cf, r) {
-			space = b.Len() > 0
-			continue
-		}
-		if n >= MaxReason {
-			b.WriteString("…")
-			break
-		}
-		if space {
-			b.WriteByte(' ')
-			n++
-			space = false
-		}
-		b.WriteRune(r)
-		n++
-	}
-	return b.String()
+	return redact.Line(s, MaxReason, secrets...)
 }
 
 // requestID is the id a Hugging Face server gave the call (x-request-id,
