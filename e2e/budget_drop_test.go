@@ -48,8 +48,8 @@ func TestServeSaysWhyItsBudgetLapsed(t *testing.T) {
 	mustRun(t, qenv(db), "budget", "set", "b", "--cap", "4")
 	waitUntil(t, "the budget created again", func() bool { return ask().status == 200 })
 
-	px.setDown(true)
+	px.SetDown(true)
 	until("with the database cut", "its database cannot be reached")
-	px.setDown(false)
+	px.SetDown(false)
 	waitUntil(t, "the database back", func() bool { return ask().status == 200 })
 }

@@ -79,7 +79,7 @@ func TestBudgetThroughADatabaseOutage(t *testing.T) {
 	for _, l := range loads {
 		l.reset()
 	}
-	px.setDown(true)
+	px.SetDown(true)
 	cut := time.Now()
 	time.Sleep(2 * time.Second)
 	st := budgetStatus(t, db, "b") // straight to PostgreSQL: the members cannot reach it
@@ -96,7 +96,7 @@ func TestBudgetThroughADatabaseOutage(t *testing.T) {
 		codes, _, _, _ := l.snapshot()
 		answered, refused = append(answered, codes[200]), append(refused, codes[503])
 	}
-	px.setDown(false)
+	px.SetDown(false)
 	mean, most := sm.window(cut, time.Now())
 	t.Logf("during the 4 s cut: servers answered %v, 503 %v; the provider's mean in flight %.1f, most %d; %d members on their safe shares (budget status), server 0's hfsent_budget_on_safe_share %g",
 		answered, refused, mean, most, onSafe, gauge)
@@ -149,7 +149,7 @@ func TestBudgetSafeShareAtStart(t *testing.T) {
 	mustRun(t, qenv(db), "budget", "set", "b", "--cap", "4")
 	m, srv := newMeter(&fakehf.Fake{Latency: 20 * time.Millisecond, NoRecord: true})
 	t.Cleanup(srv.Close)
-	px.setDown(true)
+	px.SetDown(true)
 	common := []string{"--endpoint", srv.URL, "-c", "4", "--timeout", "2s", "--no-cache", "--budget", "b", "--db", viaProxy, "--admission-wait", "300ms"}
 	waiting := startServe(t, common...)
 	safe := startServe(t, append(common, "--budget-safe-share", "2")...)
@@ -177,7 +177,7 @@ func TestBudgetSafeShareAtStart(t *testing.T) {
 		t.Fatalf("a worker started with its database away: exit %d, want 2 saying the database cannot be reached\n%s", r.code, r.stderr)
 	}
 
-	px.setDown(false)
+	px.SetDown(false)
 	deadline := time.Now().Add(10 * time.Second)
 	for readyz(t, waiting) != 200 || metric(t, safe, "hfsent_budget_on_safe_share") != 0 {
 		if time.Now().After(deadline) {

@@ -505,14 +505,14 @@ func TestBudgetFaults(t *testing.T) {
 
 	// PostgreSQL unreachable for 4 s.
 	l.reset()
-	px.setDown(true)
+	px.SetDown(true)
 	cut := time.Now()
 	time.Sleep(4 * time.Second)
 	// Leases end within 0.9 s of the last renewal asked (at most 0.25 s
 	// before the cut); calls then in flight end within the fake's 40 ms.
 	_, during := sm.window(cut.Add(1300*time.Millisecond), time.Now())
 	codes, _, _, retry := l.snapshot()
-	px.setDown(false)
+	px.SetDown(false)
 	if during > 0 {
 		t.Fatalf("with the database unreachable the provider still saw %d calls at once", during)
 	}

@@ -95,8 +95,8 @@ func TestBudgetStatusWatchThroughDatabaseFaults(t *testing.T) {
 		start, end func()
 		says       string
 	}{
-		{"cut", func() { px.setDown(true) }, func() { px.setDown(false) }, ""},
-		{"stalled", func() { px.setStalled(true) }, func() { px.setStalled(false) }, "no answer within 1s"},
+		{"cut", func() { px.SetDown(true) }, func() { px.SetDown(false) }, ""},
+		{"stalled", func() { px.SetStalled(true) }, func() { px.SetStalled(false) }, "no answer within 1s"},
 	} {
 		fault.start()
 		began := time.Now()

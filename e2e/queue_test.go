@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -26,6 +25,7 @@ import (
 
 	"github.com/hfsent/hfsent/internal/fakehf"
 	"github.com/hfsent/hfsent/internal/queue/pgtest"
+	"github.com/hfsent/hfsent/internal/tcpproxy"
 )
 
 // qenv is the environment that points hfsent at the test's database.
@@ -675,9 +675,9 @@ func TestQueueDatabaseGoesAway(t *testing.T) {
 	mustRun(t, qenv(db), "queue", "push", in, "--batch", "away", "--global-cap", "4", "--no-progress")
 	w := startWorker(t, viaProxy, "--batch", "away", "--endpoint", srv.URL, "-c", "4", "--retries", "0", "--exit-when-done")
 	waitDone(t, db, "away", 30)
-	px.setDown(true)
+	px.SetDown(true)
 	time.Sleep(2 * time.Second)
-	px.setDown(false)
+	px.SetDown(false)
 	if code := w.wait(t); code != 0 {
 		t.Fatalf("worker: exit %d\n%s", code, w.stderr.String())
 	}
@@ -695,120 +695,24 @@ func TestQueueDatabaseGoesAway(t *testing.T) {
 	}
 }
 
-// proxy forwards TCP to PostgreSQL; setDown(true) cuts every connection
-// and refuses new ones; setStalled(true) keeps every connection open and
-// accepts new ones, but forwards nothing (a database that stops
-// answering) until setStalled(false).
-type proxy struct {
-	ln      net.Listener
-	target  string
-	mu      sync.Mutex
-	down    bool
-	stalled bool
-	conns   map[net.Conn]bool
-}
-
 // proxiedDB is a test database (db, for set-up) and the same database
 // through a proxy the test controls (viaProxy, for the processes whose
-// database it cuts or stalls).
-func proxiedDB(t *testing.T) (db, viaProxy string, px *proxy) {
+// database it cuts or stalls: tcpproxy's SetDown and SetStalled).
+func proxiedDB(t *testing.T) (db, viaProxy string, px *tcpproxy.Proxy) {
 	t.Helper()
 	db = pgtest.URL(t)
 	u, err := url.Parse(db)
 	if err != nil {
 		t.Fatal(err)
 	}
-	px = startProxy(t, u.Host)
-	through := *u
-	through.Host = px.addr()
-	return db, through.String(), px
-}
-
-func startProxy(t *testing.T, target string) *proxy {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	px, err = tcpproxy.Start(u.Host)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &proxy{ln: ln, target: target, conns: map[net.Conn]bool{}}
-	t.Cleanup(func() { ln.Close(); p.setStalled(false); p.setDown(true) })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			p.mu.Lock()
-			down := p.down
-			p.mu.Unlock()
-			if down {
-				c.Close()
-				continue
-			}
-			go p.pipe(c)
-		}
-	}()
-	return p
-}
-
-func (p *proxy) addr() string { return p.ln.Addr().String() }
-
-func (p *proxy) pipe(c net.Conn) {
-	s, err := net.Dial("tcp", p.target)
-	if err != nil {
-		c.Close()
-		return
-	}
-	p.mu.Lock()
-	p.conns[c], p.conns[s] = true, true
-	p.mu.Unlock()
-	go func() { p.copy(s, c); s.Close(); c.Close() }()
-	p.copy(c, s)
-	c.Close()
-	s.Close()
-}
-
-// copy forwards from src to dst, holding what it read while the proxy is
-// stalled.
-func (p *proxy) copy(dst, src net.Conn) {
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := src.Read(buf)
-		for p.isStalled() {
-			time.Sleep(5 * time.Millisecond)
-		}
-		if n > 0 {
-			if _, werr := dst.Write(buf[:n]); werr != nil {
-				return
-			}
-		}
-		if err != nil {
-			return
-		}
-	}
-}
-
-func (p *proxy) isStalled() bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.stalled
-}
-
-func (p *proxy) setStalled(stalled bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.stalled = stalled
-}
-
-func (p *proxy) setDown(down bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.down = down
-	if down {
-		for c := range p.conns {
-			c.Close()
-		}
-		clear(p.conns)
-	}
+	t.Cleanup(px.Close)
+	through := *u
+	through.Host = px.Addr()
+	return db, through.String(), px
 }
 
 // The export is the results CSV classify writes for the same rows: same
