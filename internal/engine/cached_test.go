@@ -148,10 +148,12 @@ func TestAnythingInTheRequestMisses(t *testing.T) {
 		}
 	}
 	// Stored as sent: without logprobs. A client that asks with them
-	// (the same labels, prompt and model at that server) misses.
+	// (the same labels, prompt and model at that server) misses. One row:
+	// with more, a row looked up after this run's own first refusal is
+	// asked without logprobs, and rightly hits (1 run in 20 saw 4 hits).
 	nolp := chatRun{url: refusing.URL + "/v1/chat/completions", dir: dir}
 	nolp.run(t, in)
-	withLP, _ := nolp.run(t, in)
+	withLP, _ := nolp.run(t, in[:1])
 	if withLP.CacheHits != 0 {
 		t.Errorf("a body with logprobs hit the answers to one without: %d hits", withLP.CacheHits)
 	}
