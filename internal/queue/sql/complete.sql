@@ -8,7 +8,7 @@
 -- row is locked (lock_batch.sql): it holds only its own rows, and a row
 -- written frees its place for the claim that follows in the same
 -- transaction. It answers the rows written.
-with done as (
+with sent as (
 	-- The results, one array per column.
 	select * from unnest(@seq::bigint[], @attempt::int[], @action::text[], @outcome::text[], @label::text[], @score::float8[],
 	                     @model::text[], @attempts::int[], @latency_ms::bigint[], @error::text[], @wait_ms::bigint[],
@@ -16,6 +16,15 @@ with done as (
 	                     @cost_usd::float8[], @cached::bool[])
 	  as done(seq, attempt, action, outcome, label, score, model, attempts, latency_ms, error, wait_ms, total_ms, delay_ms,
 	          prompt_tokens, completion_tokens, cost_usd, cached)
+),
+done as (
+	-- One result a row: a row the worker reports twice in one write (a
+	-- give-back and an answer, after a stop past its lease) would have the
+	-- upsert below affect it twice, which PostgreSQL refuses for the whole
+	-- statement (SQLSTATE 21000). An answer is kept before a retry, a
+	-- retry before a give-back.
+	select distinct on (seq) * from sent
+	order by seq, case action when 'done' then 0 when 'retry' then 1 else 2 end
 ),
 written as (
 	-- The fence: state, owner, attempt.
