@@ -113,6 +113,8 @@ func csvHeader(name string, header []string) (map[string]int, error) {
 		h = strings.TrimSpace(h)
 		at, known := cols[h]
 		switch {
+		case h == "":
+			continue // a spreadsheet's trailing delimiter: its cells must be blank (row)
 		case !known:
 			return nil, &Error{File: name, Line: 1, Key: h, Msg: fmt.Sprintf("unknown column %q: want %s", clip(h), strings.Join(csvColumns, ", "))}
 		case at >= 0:
@@ -135,6 +137,16 @@ type csvFile struct {
 	descLine map[int]int    // label index → the line of its description
 }
 
+// unnamed reports whether column i has a blank name in the header.
+func (c *csvFile) unnamed(i int) bool {
+	for _, at := range c.cols {
+		if at == i {
+			return false
+		}
+	}
+	return true
+}
+
 // field is a column's value in rec, and the line it starts on.
 func (c *csvFile) field(cr *csv.Reader, rec []string, col string) (string, int) {
 	i := c.cols[col]
@@ -150,6 +162,12 @@ func (c *csvFile) row(cr *csv.Reader, rec []string) error {
 	line, _ := cr.FieldPos(0)
 	if len(rec) > c.width {
 		return &Error{File: c.name, Line: line, Msg: fmt.Sprintf("the row has %d fields, the header %d", len(rec), c.width)}
+	}
+	for i, v := range rec {
+		if c.unnamed(i) && strings.TrimSpace(v) != "" {
+			at, _ := cr.FieldPos(i)
+			return &Error{File: c.name, Line: at, Msg: fmt.Sprintf("column %d has no name in the header, but a value here: name it, or move the value", i+1)}
+		}
 	}
 	name, nameLine := c.field(cr, rec, "name")
 	desc, descLine := c.field(cr, rec, "description")

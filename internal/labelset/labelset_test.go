@@ -86,7 +86,7 @@ func TestParseCSVIsTheSameSet(t *testing.T) {
 
 // A semicolon-separated CSV with a BOM and CRLF line ends reads the same.
 func TestParseCSVDelimiterAndBOM(t *testing.T) {
-	data := "\uFEFFname;description\r\npositive;glad\r\nnegative;\"sad, \"\"very\"\"\"\r\n"
+	data := "\uFEFFname;description;\r\npositive;glad;\r\nnegative;\"sad, \"\"very\"\"\";\r\n"
 	s, err := ParseCSV("l.csv", []byte(data))
 	if err != nil {
 		t.Fatal(err)
@@ -150,6 +150,7 @@ func TestParseErrorsNameTheLine(t *testing.T) {
 		{"csvunknown.csv", "name,descripton\na,x\n", 1, "descripton", `unknown column "descripton"`},
 		{"csvtwice.csv", "name,name\na,b\n", 1, "name", "given twice"},
 		{"csvnonamecol.csv", "description,example\nx,y\n", 1, "name", "no column name"},
+		{"csvunnamed.csv", "name,,description,\na,,x,\nb,,y, z\n", 3, "", "column 4 has no name in the header, but a value here"},
 		{"csvwide.csv", "name,example\na,x\nb,y,z\n", 3, "", "3 fields, the header 2"},
 		{"csvreason.csv", "name,example,reason\na,,why\nb,x,\n", 2, "reason", "a reason without an example"},
 		{"csvone.csv", "name\nonly\n", 1, "labels", "has 1 label(s)"},

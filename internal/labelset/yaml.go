@@ -435,7 +435,7 @@ func (y yamlFile) examples(s *Set, n *yaml.Node) error {
 		}
 		i := s.Index(strings.TrimSpace(name))
 		if i < 0 {
-			return y.err(label, "label", "the example names label %q, which is none of the labels (%s)", clip(name), strings.Join(s.Names(), ", "))
+			return y.err(label, "label", "the example names label %q, which is none of the labels (%s)", clip(name), listNames(s))
 		}
 		s.Labels[i].Examples = append(s.Labels[i].Examples, e)
 	}
