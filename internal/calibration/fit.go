@@ -35,7 +35,9 @@ import (
 	"math"
 	"slices"
 
+	"github.com/hfsent/hfsent/internal/outcome"
 	"github.com/hfsent/hfsent/internal/quality"
+	"github.com/hfsent/hfsent/internal/results"
 )
 
 // Method names the method in the file.
@@ -212,4 +214,19 @@ func (f *File) Calibrate(label string, raw float64) float64 {
 		c = f.Pooled
 	}
 	return c.at(raw)
+}
+
+// SampleOf is a results row as a fit takes it, with its gold label: a
+// success with a label, a non-blank gold label and a score, the model's
+// own (raw_score) when the row was written calibrated (raw). ok is false
+// for a row the fit cannot use.
+func SampleOf(r results.Row, gold string, raw bool) (Sample, bool) {
+	score := r.Score
+	if raw {
+		score = r.RawScore
+	}
+	if r.Outcome != outcome.Success || r.Label == "" || quality.Key(gold) == "" || math.IsNaN(score) {
+		return Sample{}, false
+	}
+	return Sample{Label: r.Label, Score: score, Correct: quality.Same(r.Label, gold)}, true
 }

@@ -10,11 +10,13 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/hfsent/hfsent/internal/budget"
+	"github.com/hfsent/hfsent/internal/calibration"
 	"github.com/hfsent/hfsent/internal/engine"
 	"github.com/hfsent/hfsent/internal/input"
 )
@@ -38,6 +40,10 @@ type classifyOptions struct {
 	cost        costOptions
 	dryRun      bool
 	batch       batchOptions
+	qual        qualityOptions
+	// run is what a calibration fitted on this run's answers is for
+	// (prepareQuality).
+	run calibration.For
 }
 
 func newClassifyCmd(ios *IOStreams, g *globalOptions) *cobra.Command {
@@ -128,6 +134,7 @@ The token comes from HF_TOKEN, else the Hugging Face token file
 	fs.Var(&o.failOn, "fail-on", "which failed rows make the exit code 1: any, a failure rate such as 5% (exit 1 above it), or none")
 	addProgressFlags(fs, &o.prog, "bar")
 	addBatchFlags(fs, &o.batch)
+	addQualityFlags(fs, &o.qual, classifyQuality)
 	return cmd
 }
 
@@ -161,11 +168,57 @@ func (o *classifyOptions) validate() error {
 	if o.dryRun && o.resume {
 		return usageErrorf("--dry-run estimates a whole INPUT: leave --resume out")
 	}
+	if err := o.qual.validate(o.qual.gold()); err != nil {
+		return err
+	}
+	o.in.goldColumn = strings.TrimSpace(o.qual.goldColumn)
 	return o.batch.validate(o)
+}
+
+// prepareQuality reads --calibration and checks it against this run,
+// before any call.
+func (o *classifyOptions) prepareQuality(log *slog.Logger) error {
+	var err error
+	if o.run, err = o.prov.answersFor(o.qual.parsedMap.String()); err != nil {
+		return err
+	}
+	return o.qual.loadCalibration(log, o.run)
+}
+
+// withQuality sets the engine up for the quality flags and opens what
+// the run counts into (gold labels, --review-out): the rows then pass
+// through the returned sink.
+func (o *classifyOptions) withQuality(cfg *engine.Config, sink engine.Sink) (*qualityRun, engine.Sink, error) {
+	cfg.Answers = o.qual.answers()
+	cfg.KeepText = o.qual.reviewOut != ""
+	q, err := o.qual.start(o.qual.gold(), o.rawCSV)
+	if err != nil {
+		return nil, nil, err
+	}
+	return q, q.sink(sink), nil
+}
+
+// endQuality prints the summary line and the quality block, and applies
+// the gates to the run's verdict.
+func endQuality(ios *IOStreams, log *slog.Logger, q *qualityRun, sum engine.Summary, v verdict) verdict {
+	q.finish()
+	fmt.Fprintln(ios.ErrOut, summaryLine(sum)+q.keys())
+	q.print(ios.ErrOut)
+	if q != nil && q.err != nil {
+		log.Error(q.err.Error())
+	}
+	v = gateQuality(v, q.short())
+	if v.QualityShort != "" {
+		log.Error("quality gate: " + v.QualityShort)
+	}
+	return v
 }
 
 func runClassify(ctx context.Context, o *classifyOptions, ios *IOStreams, log *slog.Logger) error {
 	if err := o.validate(); err != nil {
+		return err
+	}
+	if err := o.prepareQuality(log); err != nil {
 		return err
 	}
 	if o.output == "" || o.output == "-" {
@@ -230,6 +283,10 @@ func runClassify(ctx context.Context, o *classifyOptions, ios *IOStreams, log *s
 	cfg.Progress = bar.update
 	cfg.Logger = log
 	cacheConfig(&cfg, rc, guard)
+	q, runSink, err := o.withQuality(&cfg, runSink)
+	if err != nil {
+		return err
+	}
 	sum, runErr := engine.Run(ctx, out.src, runSink, guard, cfg)
 	bar.finish()
 	closeCache(log, rc)
@@ -237,16 +294,15 @@ func runClassify(ctx context.Context, o *classifyOptions, ios *IOStreams, log *s
 		runErr = err
 	}
 
-	fmt.Fprintln(ios.ErrOut, summaryLine(sum))
-	v := exitFor(sum, runErr, o.failOn)
+	v := endQuality(ios, log, q, sum, exitFor(sum, runErr, o.failOn))
 	code := v.Code
 	if o.summaryJSON != "" {
-		if err := writeSummaryJSON(o.summaryJSON, sum, v); err != nil {
+		if err := writeSummaryJSON(o.summaryJSON, sum, v, q); err != nil {
 			log.Error("cannot write --summary-json", "path", o.summaryJSON, "err", err)
 		}
 	}
 	writeStepSummary(ios, log, "hfsent classify "+o.input, sum, v)
-	writePicture()
+	writePicture(q.quality())
 	switch {
 	case runErr != nil:
 		return &exitError{code: code, err: fmt.Errorf("writing %s: %w", outputName(o), runErr)}

@@ -133,6 +133,18 @@ func NewStream(r io.ReaderAt, size int64, includeText bool) (*Stream, error) {
 	return s, nil
 }
 
+// NewStreamAny is NewStream for a results file written with or without
+// --include-text, whichever it was.
+func NewStreamAny(r io.ReaderAt, size int64) (*Stream, error) {
+	s, err := NewStream(r, size, false)
+	if errors.Is(err, ErrHeader) {
+		if t, terr := NewStream(r, size, true); terr == nil {
+			return t, nil
+		}
+	}
+	return s, err
+}
+
 // knownHeader reports whether header is one a results file may have (one
 // of the readable headers, then extra columns after the latest), and which
 // extra columns it has.
