@@ -179,10 +179,8 @@ func (o *classifyOptions) validate() error {
 // before any call.
 func (o *classifyOptions) prepareQuality(log *slog.Logger) error {
 	var err error
-	if o.run, err = o.prov.answersFor(o.qual.parsedMap.String()); err != nil {
-		return err
-	}
-	return o.qual.loadCalibration(log, o.run)
+	o.run, err = o.qual.prepare(log, &o.prov)
+	return err
 }
 
 // withQuality sets the engine up for the quality flags and opens what

@@ -141,6 +141,17 @@ func (o *qualityOptions) loadCalibration(log *slog.Logger, run calibration.For) 
 	return nil
 }
 
+// prepare reads --calibration and checks it against the run prov
+// describes, before any call; it returns what a calibration fitted on
+// this run's answers would be for.
+func (o *qualityOptions) prepare(log *slog.Logger, prov *providerOptions) (calibration.For, error) {
+	run, err := prov.answersFor(o.parsedMap.String())
+	if err != nil {
+		return run, err
+	}
+	return run, o.loadCalibration(log, run)
+}
+
 // answersFor is what a calibration fitted on this run's answers is for:
 // the provider, the model, the labels, the label map and the hash of the
 // request (calibration.RequestHash), built from the flags without a token

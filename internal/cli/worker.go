@@ -30,6 +30,7 @@ type workerOptions struct {
 	exitWhenDone bool
 	poll         time.Duration
 	prog         progressOptions
+	qual         qualityOptions
 	flags        *pflag.FlagSet
 }
 
@@ -90,6 +91,7 @@ model), before any call; 130 interrupted.`,
 	fs.BoolVar(&o.exitWhenDone, "exit-when-done", false, "exit once the batch has nothing pending or running (default: wait for new rows)")
 	fs.DurationVar(&o.poll, "poll", 250*time.Millisecond, "wait after a claim that found nothing, unless a notification comes first ("+rangeHelp(10*time.Millisecond, maxPollInterval)+")")
 	addProgressFlags(fs, &o.prog, "line")
+	addQualityFlags(fs, &o.qual, serviceQuality)
 	return cmd
 }
 
@@ -103,6 +105,7 @@ func (o *workerOptions) validate() error {
 		o.eng.validate(&o.prov),
 		o.prog.validate(),
 		o.cost.validate(&o.prov),
+		o.qual.validate(false),
 	} {
 		if err != nil {
 			return err
@@ -154,6 +157,10 @@ func runWorker(ctx context.Context, o *workerOptions, ios *IOStreams, log *slog.
 			b.Name, want, labelsShown(o.prov.lab.list), want)
 	}
 
+	// Checked once the batch gave the worker its model.
+	if _, err := o.qual.prepare(log, &o.prov); err != nil {
+		return err
+	}
 	host, _ := os.Hostname()
 	owner := fmt.Sprintf("%s:%d:%s", host, os.Getpid(), randomID())
 	s := db.NewSession(b, owner, o.lease)
@@ -165,6 +172,7 @@ func runWorker(ctx context.Context, o *workerOptions, ios *IOStreams, log *slog.
 		Host:         host,
 		PID:          os.Getpid(),
 		Logger:       log,
+		Extra:        o.qual.extra(),
 	})
 	if o.prov.ledger, err = o.cost.ledger(&o.prov); err != nil {
 		return err
@@ -192,6 +200,7 @@ func runWorker(ctx context.Context, o *workerOptions, ios *IOStreams, log *slog.
 	cfg.Rules = engine.Rules{MaxChars: b.MaxChars}
 	cfg.StopOnFatal, cfg.ProviderText = true, true
 	cfg.Logger = log
+	cfg.Answers = o.qual.answers()
 	cacheConfig(&cfg, rc, guard)
 	p := engine.NewPipeline(context.Background(), guard, cfg)
 	bar := newCountBar(ios, o.prog.show(ios), -1, "worker")
@@ -228,7 +237,11 @@ func runWorker(ctx context.Context, o *workerOptions, ios *IOStreams, log *slog.
 	if ctx.Err() != nil {
 		sum.Stop = engine.StopInterrupted
 	}
-	fmt.Fprintln(ios.ErrOut, workerSummaryLine(sum, st))
+	line := workerSummaryLine(sum, st)
+	if o.qual.review() {
+		line += fmt.Sprintf(" review=%d", st.Review)
+	}
+	fmt.Fprintln(ios.ErrOut, line)
 	switch {
 	case runErr != nil:
 		return &exitError{code: ExitRowsFailed, err: runErr}
