@@ -59,18 +59,20 @@ type For struct {
 const probe = "hfsent calibration probe"
 
 // RequestHash is the hash of what client c of kind would send for a fixed
-// text, under the response cache's own rule of what changes an answer
-// (cache.Keyer: the kind, the model, the URL without credentials, the
-// body: the prompt, the labels, every parameter). A client that cannot show
-// its request (the embedded model) is hashed by its kind and model.
+// text, as the response cache keys a request (cache.KeyOf: the kind, the
+// model, the body: the prompt, the labels, every parameter), but without
+// the URL: the same model asked at another address (a server moved to
+// another port, a dedicated endpoint) answers the same. A client that
+// cannot show its request (the embedded model) is hashed by its kind and
+// model.
 func RequestHash(kind string, c provider.Classifier) string {
-	k, ok := cache.NewKeyer(kind, c)
-	if ok {
-		if key, ok := k.Key(probe); ok {
-			return fmt.Sprintf("%x", key[:])
+	var body []byte
+	if r, ok := c.(provider.Requester); ok {
+		if _, b, err := r.Request(probe); err == nil {
+			body = b
 		}
 	}
-	key := cache.KeyOf(kind, c.Model(), "", nil)
+	key := cache.KeyOf(kind, c.Model(), "", body)
 	return fmt.Sprintf("%x", key[:])
 }
 
@@ -92,7 +94,7 @@ func (f For) Diff(run For) string {
 	}
 	if f.Request != run.Request && len(d) == 0 {
 		// Named only alone: another model or labels change it too.
-		d = append(d, "the prompt or a parameter that changes the answers (--prompt-file, --endpoint, --constrain, ...): request hash "+short(f.Request)+", this run "+short(run.Request))
+		d = append(d, "the prompt or a parameter that changes the answers (--prompt-file, --constrain, ...): request hash "+short(f.Request)+", this run "+short(run.Request))
 	}
 	return strings.Join(d, "; ")
 }
