@@ -67,8 +67,17 @@ latency_ms, error, queued_ms, started_ms, finished_ms (and text with
 --include-text), then prompt_tokens, completion_tokens (a chat model's
 usage; blank otherwise), cost_usd (the row's calls at --price-in/--price-out
 or --prices; blank without a price) and cached (true when the response cache
-answered the row, without a call). Outcome codes and exit codes are listed
-in the README.
+answered the row, without a call), then raw_score (with --calibration) and
+review (with --review-below). Outcome codes and exit codes are listed in the
+README.
+
+With --gold-column COL, each row's label is compared with the gold label in
+COL: accuracy, macro-F1, per-label figures, the confusion matrix, the ECE
+and a coverage table follow the summary line (and go to --summary-json and
+--report); --min-accuracy and --min-macro-f1 exit 3 when they fall short.
+--calibration makes score the calibrated probability that the label is
+right (hfsent calibrate fits one); --review-below marks the rows to check
+(docs/guides/quality.md).
 
 Every final answer is kept in a response cache across runs, under the key of
 the exact request (--cache-dir, default the user's cache directory/hfsent;
@@ -104,7 +113,11 @@ The token comes from HF_TOKEN, else the Hugging Face token file
   hfsent classify feedback.csv --provider chat --model gpt-4o-mini --labels positive,negative \
     --endpoint https://api.openai.com/v1/chat/completions --token-env OPENAI_API_KEY \
     --price-in 0.15 --price-out 0.6 --dry-run
-  hfsent classify feedback.csv -o results.csv ... --price-in 0.15 --price-out 0.6 --max-spend 5`,
+  hfsent classify feedback.csv -o results.csv ... --price-in 0.15 --price-out 0.6 --max-spend 5
+
+  # against gold labels, a CI gate, and the unsure rows for a person
+  hfsent classify sample.csv --gold-column gold --min-accuracy 0.9 -o results.csv
+  hfsent classify all.csv --calibration cal.json --review-below 0.9 --review-out review.csv -o results.csv`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.input = args[0]
