@@ -188,11 +188,13 @@ func (o *classifyOptions) validate() error {
 	return o.batch.validate(o)
 }
 
-// prepareQuality reads --calibration and checks it against this run,
-// before any call.
+// prepareQuality checks the flags (validate), then reads --calibration
+// and checks it against this run, before any call.
 func (o *classifyOptions) prepareQuality(log *slog.Logger) error {
-	var err error
-	o.run, err = o.qual.prepare(log, &o.prov)
+	err := o.validate()
+	if err == nil {
+		o.run, err = o.qual.prepare(log, &o.prov)
+	}
 	return err
 }
 
@@ -226,9 +228,6 @@ func endQuality(ios *IOStreams, log *slog.Logger, q *qualityRun, sum engine.Summ
 }
 
 func runClassify(ctx context.Context, o *classifyOptions, ios *IOStreams, log *slog.Logger) error {
-	if err := o.validate(); err != nil {
-		return err
-	}
 	if err := o.prepareQuality(log); err != nil {
 		return err
 	}

@@ -237,11 +237,7 @@ func runWorker(ctx context.Context, o *workerOptions, ios *IOStreams, log *slog.
 	if ctx.Err() != nil {
 		sum.Stop = engine.StopInterrupted
 	}
-	line := workerSummaryLine(sum, st)
-	if o.qual.review() {
-		line += fmt.Sprintf(" review=%d", st.Review)
-	}
-	fmt.Fprintln(ios.ErrOut, line)
+	fmt.Fprintln(ios.ErrOut, workerSummaryLine(sum, st, o.qual.review()))
 	switch {
 	case runErr != nil:
 		return &exitError{code: ExitRowsFailed, err: runErr}
@@ -272,12 +268,17 @@ func labelsShown(l []string) string {
 }
 
 // workerSummaryLine is classify's summary line and the worker's own
-// counts: its claims and what became of them, and its round trips.
-func workerSummaryLine(sum engine.Summary, st queue.WorkerStats) string {
+// counts: its claims and what became of them, and its round trips; with
+// --review-below (review), the rows it marked for review.
+func workerSummaryLine(sum engine.Summary, st queue.WorkerStats, review bool) string {
 	cycleMs := 0.0
 	if st.Cycles > 0 {
 		cycleMs = float64(st.CycleTime.Microseconds()) / 1000 / float64(st.Cycles)
 	}
-	return fmt.Sprintf("%s claimed=%d swapped=%d requeued=%d given_back=%d discarded=%d db_round_trips=%d round_trip_ms=%.1f", summaryLine(sum),
+	line := fmt.Sprintf("%s claimed=%d swapped=%d requeued=%d given_back=%d discarded=%d db_round_trips=%d round_trip_ms=%.1f", summaryLine(sum),
 		st.Claimed, st.Swapped, st.Retried, st.GivenBack, st.Discarded, st.Cycles, cycleMs)
+	if review {
+		line += fmt.Sprintf(" review=%d", st.Review)
+	}
+	return line
 }
