@@ -92,6 +92,22 @@ func TestExitCodes(t *testing.T) {
 			t.Fatalf("exit %d stderr %q", r.code, r.stderr)
 		}
 	})
+	t.Run("quality gate", func(t *testing.T) {
+		// The embedded model labels "I love it" POSITIVE: with the gold
+		// label negative, accuracy is 0, under the gate: 3; met: 0.
+		in := filepath.Join(t.TempDir(), "gold.csv")
+		if err := os.WriteFile(in, []byte("request_id,text,gold\na,I love it,negative\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		r := runBin(t, nil, "classify", in, "--provider", "local", "--gold-column", "gold", "--min-accuracy", "0.5")
+		if r.code != 3 || !strings.Contains(r.stderr, "accuracy=0.0000") || !strings.Contains(r.stderr, "under --min-accuracy 0.5") {
+			t.Fatalf("exit %d stderr %q", r.code, r.stderr)
+		}
+		r = runBin(t, nil, "classify", in, "--provider", "local", "--gold-column", "gold", "--label-map", "positive=negative", "--min-accuracy", "0.5")
+		if r.code != 0 || !strings.Contains(r.stderr, "accuracy=1.0000") {
+			t.Fatalf("gate met: exit %d stderr %q", r.code, r.stderr)
+		}
+	})
 	t.Run("version", func(t *testing.T) {
 		r := runBin(t, nil, "version")
 		if r.code != 0 || !strings.HasPrefix(r.stdout, "hfsent ") {

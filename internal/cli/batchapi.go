@@ -295,18 +295,21 @@ func (o *classifyOptions) writeBatchResults(ctx context.Context, ios *IOStreams,
 	cfg.ExpectedRows = info.total
 	cfg.Logger = log
 	cacheConfig(&cfg, rc, guard)
-	sum, runErr := engine.Run(ctx, out.src, r.Sink(out.sink), rg, cfg)
+	q, sink, err := o.withQuality(&cfg, r.Sink(out.sink))
+	if err != nil {
+		return err
+	}
+	sum, runErr := engine.Run(ctx, out.src, sink, rg, cfg)
 	closeCache(log, rc)
 	if err := out.close(runErr); err != nil && runErr == nil {
 		runErr = err
 	}
 	sum.Provider.Calls = live.Load() // the replay is no call; a live fallback is
 	sum.Elapsed = time.Since(start)  // the batches' wait too
-	fmt.Fprintln(ios.ErrOut, summaryLine(sum))
+	v := endQuality(ios, log, q, sum, exitFor(sum, runErr, o.failOn))
 	fmt.Fprintln(ios.ErrOut, batchLine(r.Stats()))
-	v := exitFor(sum, runErr, o.failOn)
 	if o.summaryJSON != "" {
-		err := writeSummaryJSON(o.summaryJSON, sum, v)
+		err := writeSummaryJSON(o.summaryJSON, sum, v, q)
 		if err == nil {
 			err = addBatchesJSON(o.summaryJSON, r.Stats())
 		}

@@ -10,11 +10,13 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/hfsent/hfsent/internal/budget"
+	"github.com/hfsent/hfsent/internal/calibration"
 	"github.com/hfsent/hfsent/internal/engine"
 	"github.com/hfsent/hfsent/internal/input"
 )
@@ -38,6 +40,10 @@ type classifyOptions struct {
 	cost        costOptions
 	dryRun      bool
 	batch       batchOptions
+	qual        qualityOptions
+	// run is what a calibration fitted on this run's answers is for
+	// (prepareQuality).
+	run calibration.For
 }
 
 func newClassifyCmd(ios *IOStreams, g *globalOptions) *cobra.Command {
@@ -61,8 +67,17 @@ latency_ms, error, queued_ms, started_ms, finished_ms (and text with
 --include-text), then prompt_tokens, completion_tokens (a chat model's
 usage; blank otherwise), cost_usd (the row's calls at --price-in/--price-out
 or --prices; blank without a price) and cached (true when the response cache
-answered the row, without a call). Outcome codes and exit codes are listed
-in the README.
+answered the row, without a call), then raw_score (with --calibration) and
+review (with --review-below). Outcome codes and exit codes are listed in the
+README.
+
+With --gold-column COL, each row's label is compared with the gold label in
+COL: accuracy, macro-F1, per-label figures, the confusion matrix, the ECE
+and a coverage table follow the summary line (and go to --summary-json and
+--report); --min-accuracy and --min-macro-f1 exit 3 when they fall short.
+--calibration makes score the calibrated probability that the label is
+right (hfsent calibrate fits one); --review-below marks the rows to check
+(docs/guides/quality.md).
 
 Every final answer is kept in a response cache across runs, under the key of
 the exact request (--cache-dir, default the user's cache directory/hfsent;
@@ -98,7 +113,11 @@ The token comes from HF_TOKEN, else the Hugging Face token file
   hfsent classify feedback.csv --provider chat --model gpt-4o-mini --labels positive,negative \
     --endpoint https://api.openai.com/v1/chat/completions --token-env OPENAI_API_KEY \
     --price-in 0.15 --price-out 0.6 --dry-run
-  hfsent classify feedback.csv -o results.csv ... --price-in 0.15 --price-out 0.6 --max-spend 5`,
+  hfsent classify feedback.csv -o results.csv ... --price-in 0.15 --price-out 0.6 --max-spend 5
+
+  # against gold labels, a CI gate, and the unsure rows for a person
+  hfsent classify sample.csv --gold-column gold --min-accuracy 0.9 -o results.csv
+  hfsent classify all.csv --calibration cal.json --review-below 0.9 --review-out review.csv -o results.csv`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.input = args[0]
@@ -128,6 +147,7 @@ The token comes from HF_TOKEN, else the Hugging Face token file
 	fs.Var(&o.failOn, "fail-on", "which failed rows make the exit code 1: any, a failure rate such as 5% (exit 1 above it), or none")
 	addProgressFlags(fs, &o.prog, "bar")
 	addBatchFlags(fs, &o.batch)
+	addQualityFlags(fs, &o.qual, classifyQuality)
 	return cmd
 }
 
@@ -161,11 +181,54 @@ func (o *classifyOptions) validate() error {
 	if o.dryRun && o.resume {
 		return usageErrorf("--dry-run estimates a whole INPUT: leave --resume out")
 	}
+	if err := o.qual.validate(o.qual.gold()); err != nil {
+		return err
+	}
+	o.in.goldColumn = strings.TrimSpace(o.qual.goldColumn)
 	return o.batch.validate(o)
 }
 
+// prepareQuality checks the flags (validate), then reads --calibration
+// and checks it against this run, before any call.
+func (o *classifyOptions) prepareQuality(log *slog.Logger) error {
+	err := o.validate()
+	if err == nil {
+		o.run, err = o.qual.prepare(log, &o.prov)
+	}
+	return err
+}
+
+// withQuality sets the engine up for the quality flags and opens what
+// the run counts into (gold labels, --review-out): the rows then pass
+// through the returned sink.
+func (o *classifyOptions) withQuality(cfg *engine.Config, sink engine.Sink) (*qualityRun, engine.Sink, error) {
+	cfg.Answers = o.qual.answers()
+	cfg.KeepText = o.qual.reviewOut != ""
+	q, err := o.qual.start(o.qual.gold(), o.rawCSV)
+	if err != nil {
+		return nil, nil, err
+	}
+	return q, q.sink(sink), nil
+}
+
+// endQuality prints the summary line and the quality block, and applies
+// the gates to the run's verdict.
+func endQuality(ios *IOStreams, log *slog.Logger, q *qualityRun, sum engine.Summary, v verdict) verdict {
+	q.finish()
+	fmt.Fprintln(ios.ErrOut, summaryLine(sum)+q.keys())
+	q.print(ios.ErrOut)
+	if q != nil && q.err != nil {
+		log.Error(q.err.Error())
+	}
+	v = gateQuality(v, q.short())
+	if v.QualityShort != "" {
+		log.Error("quality gate: " + v.QualityShort)
+	}
+	return v
+}
+
 func runClassify(ctx context.Context, o *classifyOptions, ios *IOStreams, log *slog.Logger) error {
-	if err := o.validate(); err != nil {
+	if err := o.prepareQuality(log); err != nil {
 		return err
 	}
 	if o.output == "" || o.output == "-" {
@@ -230,6 +293,10 @@ func runClassify(ctx context.Context, o *classifyOptions, ios *IOStreams, log *s
 	cfg.Progress = bar.update
 	cfg.Logger = log
 	cacheConfig(&cfg, rc, guard)
+	q, runSink, err := o.withQuality(&cfg, runSink)
+	if err != nil {
+		return err
+	}
 	sum, runErr := engine.Run(ctx, out.src, runSink, guard, cfg)
 	bar.finish()
 	closeCache(log, rc)
@@ -237,16 +304,15 @@ func runClassify(ctx context.Context, o *classifyOptions, ios *IOStreams, log *s
 		runErr = err
 	}
 
-	fmt.Fprintln(ios.ErrOut, summaryLine(sum))
-	v := exitFor(sum, runErr, o.failOn)
+	v := endQuality(ios, log, q, sum, exitFor(sum, runErr, o.failOn))
 	code := v.Code
 	if o.summaryJSON != "" {
-		if err := writeSummaryJSON(o.summaryJSON, sum, v); err != nil {
+		if err := writeSummaryJSON(o.summaryJSON, sum, v, q); err != nil {
 			log.Error("cannot write --summary-json", "path", o.summaryJSON, "err", err)
 		}
 	}
 	writeStepSummary(ios, log, "hfsent classify "+o.input, sum, v)
-	writePicture()
+	writePicture(q.quality())
 	switch {
 	case runErr != nil:
 		return &exitError{code: code, err: fmt.Errorf("writing %s: %w", outputName(o), runErr)}

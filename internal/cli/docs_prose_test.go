@@ -25,6 +25,7 @@ import (
 
 	"github.com/hfsent/hfsent/internal/engine"
 	"github.com/hfsent/hfsent/internal/outcome"
+	"github.com/hfsent/hfsent/internal/quality"
 	"github.com/hfsent/hfsent/internal/queue"
 	"github.com/hfsent/hfsent/internal/resilience"
 )
@@ -450,7 +451,9 @@ func TestSummaryLineCountersAreDocumented(t *testing.T) {
 		Stop: engine.StopInterrupted, Provider: resilience.Stats{Policies: true, Calls: 9, Retries: 1, FallbackCalls: 1,
 			PromptTokens: 1, CompletionTokens: 1, TokenCalls: 1, RateLimited: 1, Timeouts: 1, BreakerOpenings: 1, BreakerOpen: time.Second,
 			FallbackRows: 1, Cooldowns: 1, MaxInFlight: 1, Limit: 3, CallsPerSec: 1}}
-	line := workerSummaryLine(sum, queue.WorkerStats{Claimed: 1, Swapped: 1, Retried: 1, GivenBack: 1, Discarded: 1, Cycles: 1, CycleTime: time.Millisecond})
+	line := workerSummaryLine(sum, queue.WorkerStats{Claimed: 1, Swapped: 1, Retried: 1, GivenBack: 1, Discarded: 1, Cycles: 1, CycleTime: time.Millisecond}, true)
+	// And the quality keys of a run with gold labels.
+	line += (&qualityRun{o: &qualityOptions{}, report: &quality.Report{}}).keys()
 	var docs strings.Builder
 	paths, _ := filepath.Glob(filepath.Join(repoRoot, "docs", "guides", "*.md"))
 	for _, p := range append(paths, filepath.Join(repoRoot, "README.md")) {

@@ -14,9 +14,13 @@ import (
 // Exit codes, as the README defines them. This file is the one place that turns
 // errors into them.
 const (
-	ExitOK          = 0
-	ExitRowsFailed  = 1
-	ExitUsage       = 2
+	ExitOK         = 0
+	ExitRowsFailed = 1
+	ExitUsage      = 2
+	// ExitQuality: every row ended as --fail-on allows, but the answers
+	// fell short of --min-accuracy or --min-macro-f1 against the gold
+	// labels. Any other code wins over it (1 when rows failed).
+	ExitQuality     = 3
 	ExitInterrupted = 130
 )
 
@@ -119,6 +123,8 @@ type verdict struct {
 	Failed      int64  // rows that ended other than success or fallback
 	FailureRate float64
 	FailOn      string
+	// QualityShort says which quality gate fell short (exit 3).
+	QualityShort string
 }
 
 // Exit reasons written to --summary-json.
@@ -132,7 +138,18 @@ const (
 	reasonWriteError   = "write_error"
 	reasonProviderStop = "provider_stopped" // token, credits, model or connection: nothing could succeed
 	reasonMaxSpend     = "max_spend"        // --max-spend stopped the sending
+	reasonQuality      = "quality_below"    // --min-accuracy or --min-macro-f1 fell short
 )
+
+// gateQuality turns a run that would exit 0 into exit 3 when its answers
+// fell short of a quality gate (short says which, "" when none): every
+// other code stands, 1 for failed rows included.
+func gateQuality(v verdict, short string) verdict {
+	if short != "" && v.Code == ExitOK {
+		v.Code, v.Reason, v.QualityShort = ExitQuality, reasonQuality, short
+	}
+	return v
+}
 
 // judge applies the policy to a run that was neither interrupted nor broken.
 func (p failPolicy) judge(sum engine.Summary) verdict {

@@ -19,6 +19,9 @@ type inputOptions struct {
 	encoding   string
 
 	delim rune // --delimiter, parsed by validate; 0: sniff
+	// goldColumn is --gold-column, which the commands that take it set:
+	// a column that must be there too, read as the gold label.
+	goldColumn string
 }
 
 func addInputFlags(fs *pflag.FlagSet, o *inputOptions) {
@@ -48,7 +51,7 @@ func (o *inputOptions) validate() error {
 // or "stdin"), after validate; maxChars is --max-chars, to which longer
 // fields are cut while they are read.
 func (o *inputOptions) readerOptions(name string, maxChars int) input.Options {
-	return input.Options{Name: name, IDColumn: o.idColumn, TextColumn: o.textColumn, Delimiter: o.delim, Encoding: o.encoding, MaxChars: maxChars}
+	return input.Options{Name: name, IDColumn: o.idColumn, TextColumn: o.textColumn, Delimiter: o.delim, Encoding: o.encoding, MaxChars: maxChars, GoldColumn: o.goldColumn}
 }
 
 // logInput says at debug level how the input is read.

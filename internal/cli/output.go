@@ -30,7 +30,7 @@ func openOutput(o *classifyOptions, ios *IOStreams, log *slog.Logger, src *input
 		return nil, err
 	}
 	if o.output == "" || o.output == "-" {
-		w, err := results.NewWriter(ios.Out, o.includeText, results.Raw(o.rawCSV))
+		w, err := results.NewWriter(ios.Out, o.includeText, results.Raw(o.rawCSV), results.WithExtra(o.qual.extra()))
 		if err != nil {
 			return nil, usageErrorf("cannot write stdout: %v", err)
 		}
@@ -44,6 +44,7 @@ func openOutput(o *classifyOptions, ios *IOStreams, log *slog.Logger, src *input
 		Identity:    identity(o, in, src),
 		Read:        o.in.readerOptions(o.input, o.maxChars),
 		IncludeText: o.includeText,
+		Extra:       o.qual.extra(),
 		RawCSV:      o.rawCSV,
 		Resume:      o.resume,
 		Logger:      log,
@@ -62,7 +63,9 @@ func identity(o *classifyOptions, in inputInfo, src *input.Reader) resume.Identi
 	id := resume.Identity{Input: in.name, Provider: o.prov.provider, Model: o.prov.model,
 		IDColumn: o.in.idColumn, TextColumn: o.in.textColumn,
 		Delimiter: input.DelimiterName(d), Encoding: src.EncodingName(),
-		InputSize: in.size, InputSHA256: in.digest}
+		InputSize: in.size, InputSHA256: in.digest,
+		Labels: o.run.Labels, LabelMap: o.run.LabelMap, RequestSHA256: o.run.Request,
+		Calibration: o.qual.calSHA, ReviewBelow: o.qual.reviewBelowText()}
 	if o.prov.provider == "local" {
 		id.Model = provider.LocalModel
 	}
@@ -85,7 +88,7 @@ func (o *classifyOptions) checkSideFiles() error {
 			taken = append(taken, file{"a file hfsent keeps beside --output", p})
 		}
 	}
-	for _, f := range []file{{"--summary-json", o.summaryJSON}, {"--report", o.report}} {
+	for _, f := range []file{{"--summary-json", o.summaryJSON}, {"--report", o.report}, {"--review-out", o.qual.reviewOut}} {
 		if f.path == "" {
 			continue
 		}

@@ -222,11 +222,16 @@ before its last failure is final.`,
 	fs.DurationVar(&o.lease, "lease", 30*time.Second, "how long a claimed row stays with its worker without a heartbeat ("+rangeHelp(minLease, maxLease)+"); a worker's --lease overrides it")
 	fs.IntVar(&o.maxAttempts, "max-attempts", 3, "claims of a row before its last failure is final ("+rangeHelp(1, maxAttemptsCap)+")")
 	fs.IntVar(&o.maxChars, "max-chars", 5000, "longer texts are invalid_input ("+rangeHelp(1, maxCharsLimit)+")")
+	fs.StringVar(&o.in.goldColumn, "gold-column", "", "a column of gold labels to store with each row: queue export then compares the results with them (accuracy, macro-F1, the coverage table; --min-accuracy)")
 	addProgressFlags(fs, &o.prog, "bar")
 	return cmd
 }
 
 func (o *pushOptions) validate() error {
+	if o.flags.Changed("gold-column") && strings.TrimSpace(o.in.goldColumn) == "" {
+		return usageErrorf("--gold-column must name a column")
+	}
+	o.in.goldColumn = strings.TrimSpace(o.in.goldColumn)
 	for _, err := range []error{
 		inRange("--global-cap", o.globalCap, 1, maxGlobalCap, ""),
 		inRange("--client-cap", o.clientCap, 1, maxGlobalCap, "no cap"),
@@ -321,6 +326,7 @@ func runPush(ctx context.Context, o *pushOptions, ios *IOStreams, log *slog.Logg
 		Source:   info.name,
 		Digest:   info.digest,
 		Progress: bar.set,
+		Gold:     o.in.goldColumn != "",
 	}
 	if h != nil {
 		req.DigestAfter = func() string { return hex.EncodeToString(h.h.Sum(nil)) }
@@ -532,6 +538,7 @@ type exportOptions struct {
 	output      string
 	includeText bool
 	rawCSV      bool
+	qual        qualityOptions
 }
 
 func newQueueExportCmd(ios *IOStreams, g *globalOptions) *cobra.Command {
@@ -543,7 +550,13 @@ func newQueueExportCmd(ios *IOStreams, g *globalOptions) *cobra.Command {
 header and spreadsheet-formula guard classify writes, so hfsent report draws a
 queue run too. Times are milliseconds since the batch's first claim, by the
 database clock. A row not finished yet is written not_attempted, its error
-saying whether it is pending or running.`,
+saying whether it is pending or running. The columns raw_score and review
+follow when a worker wrote them (--calibration, --review-below).
+
+A batch pushed with --gold-column is compared with its gold labels: the
+quality block (accuracy, macro-F1, ECE, the coverage table) follows the
+closing line on stderr, and --min-accuracy or --min-macro-f1 falling short
+exits 3.`,
 		Example: `  hfsent queue export --batch nightly -o results.csv
   hfsent queue export --batch nightly | hfsent report /dev/stdin -o run.svg`,
 		Args: cobra.NoArgs,
@@ -559,10 +572,16 @@ saying whether it is pending or running.`,
 	fs.StringVarP(&o.output, "output", "o", "", "results CSV (default: stdout)")
 	fs.BoolVar(&o.includeText, "include-text", false, "copy the input text into the results")
 	fs.BoolVar(&o.rawCSV, "raw-csv", false, "write text, label and error as they are, without the spreadsheet-formula guard")
+	addQualityFlags(fs, &o.qual, exportQuality)
 	return cmd
 }
 
 func runExport(ctx context.Context, o *exportOptions, ios *IOStreams) error {
+	// The batch says whether it has gold labels; the flags are checked
+	// against that below.
+	if err := o.qual.validate(true); err != nil {
+		return err
+	}
 	if o.output == "" || o.output == "-" {
 		if err := ios.checkOut("rows exported"); err != nil {
 			return err
@@ -577,6 +596,17 @@ func runExport(ctx context.Context, o *exportOptions, ios *IOStreams) error {
 	if err != nil {
 		return queueError(err)
 	}
+	extra, gold, err := db.ExportColumns(ctx, b)
+	if err != nil {
+		return queueError(err)
+	}
+	if !gold && (o.qual.minAccuracy > 0 || o.qual.minMacroF1 > 0 || o.qual.targetAccuracy > 0) {
+		return usageErrorf("batch %q has no gold labels (queue push --gold-column COL stores them): --min-accuracy, --min-macro-f1 and --target-accuracy need them", o.db.batch)
+	}
+	q, err := o.qual.start(gold, false)
+	if err != nil {
+		return err
+	}
 	out := ios.Out
 	var f *os.File
 	if o.output != "" && o.output != "-" {
@@ -587,11 +617,11 @@ func runExport(ctx context.Context, o *exportOptions, ios *IOStreams) error {
 		defer f.Close()
 		out = f
 	}
-	w, err := results.NewWriter(out, o.includeText, results.Raw(o.rawCSV))
+	w, err := results.NewWriter(out, o.includeText, results.Raw(o.rawCSV), results.WithExtra(extra))
 	if err != nil {
 		return &exitError{code: ExitRowsFailed, err: fmt.Errorf("writing %s: %w", exportName(o), err)}
 	}
-	st, err := db.Export(ctx, b, w, o.includeText)
+	st, err := db.Export(ctx, b, q.sink(w), o.includeText)
 	if err == nil && f != nil {
 		err = f.Close()
 	}
@@ -602,7 +632,12 @@ func runExport(ctx context.Context, o *exportOptions, ios *IOStreams) error {
 	if st.Unfinished > 0 {
 		msg += fmt.Sprintf("; %d not finished yet, written not_attempted", st.Unfinished)
 	}
-	fmt.Fprintln(ios.ErrOut, msg)
+	q.finish()
+	fmt.Fprintln(ios.ErrOut, msg+q.keys())
+	q.print(ios.ErrOut)
+	if short := q.short(); short != "" {
+		return &exitError{code: ExitQuality, err: errors.New("quality gate: " + short)}
+	}
 	return nil
 }
 

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -11,6 +10,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/hfsent/hfsent/internal/engine"
+	"github.com/hfsent/hfsent/internal/outcome"
+	"github.com/hfsent/hfsent/internal/quality"
 	"github.com/hfsent/hfsent/internal/report"
 	"github.com/hfsent/hfsent/internal/results"
 )
@@ -20,6 +21,10 @@ type reportOptions struct {
 	output  string
 	title   string
 	maxBars int
+	gold    goldOptions
+	// labelMap and targetAccuracy, with --gold.
+	labelMap       string
+	targetAccuracy float64
 }
 
 func newReportCmd(ios *IOStreams) *cobra.Command {
@@ -57,6 +62,9 @@ naming its line.`,
 	cmd.Flags().StringVarP(&o.output, "output", "o", "", "picture to write: a .svg or .html file (required)")
 	cmd.Flags().StringVar(&o.title, "title", "", "title of the picture (default: the results file name)")
 	cmd.Flags().IntVar(&o.maxBars, "max-bars", 2000, "rows drawn as bars at most; beyond it they are sampled ("+rangeHelp(1, maxBars)+")")
+	addGoldFlags(cmd.Flags(), &o.gold, false)
+	cmd.Flags().StringVar(&o.labelMap, "label-map", "", "with --gold: map the labels of RESULTS onto the gold ones before comparing, e.g. LABEL_0=negative")
+	cmd.Flags().Float64Var(&o.targetAccuracy, "target-accuracy", 0, "with --gold: name the lowest score threshold whose rows reach this accuracy (0: none, else "+rangeHelp(0.0, 1.0)+")")
 	return cmd
 }
 
@@ -69,6 +77,10 @@ func runReport(o *reportOptions, ios *IOStreams) error {
 		return usageErrorf("--output %v", err)
 	}
 	if err := inRange("--max-bars", o.maxBars, 1, maxBars, ""); err != nil {
+		return err
+	}
+	judge, err := o.goldJudge()
+	if err != nil {
 		return err
 	}
 	var in io.Reader = ios.In
@@ -85,41 +97,73 @@ func runReport(o *reportOptions, ios *IOStreams) error {
 		o.title = filepath.Base(name)
 	}
 	c := report.NewCollector(report.Options{MaxBars: o.maxBars, Title: o.title})
-	if err := report.ReadCSV(in, c); err != nil {
+	var add report.Adder = c
+	if judge != nil {
+		judge.c = c
+		add = judge
+	}
+	if err := report.ReadCSV(in, add); err != nil {
 		var le *report.LineError
 		if errors.As(err, &le) {
 			return usageErrorf("%s:%d: %s", name, le.Line, le.Msg)
 		}
 		return usageErrorf("%s: %v", name, err)
 	}
-	if err := writeReport(o.output, format, c.Report()); err != nil {
+	rep := c.Report()
+	if judge != nil {
+		if err := judge.eval.Err(); err != nil {
+			return usageErrorf("--gold %s: %v", o.gold.path, err)
+		}
+		q := judge.eval.Report(o.targetAccuracy)
+		rep.Quality = &q
+	}
+	if err := writeReport(o.output, format, rep); err != nil {
 		return usageError(err)
 	}
 	return nil
 }
 
+// goldJudge reads --gold, nil without it.
+func (o *reportOptions) goldJudge() (*goldAdder, error) {
+	if err := inRange("--target-accuracy", o.targetAccuracy, 0, 1, ""); err != nil {
+		return nil, err
+	}
+	lm, err := quality.ParseLabelMap(o.labelMap)
+	if err != nil {
+		return nil, usageErrorf("--label-map: %v", err)
+	}
+	if o.gold.path == "" {
+		if o.labelMap != "" || o.targetAccuracy != 0 {
+			return nil, usageErrorf("--label-map and --target-accuracy need --gold GOLD.csv")
+		}
+		return nil, nil
+	}
+	g, err := readGold(o.gold)
+	if err != nil {
+		return nil, err
+	}
+	return &goldAdder{gold: g, lm: lm, eval: &quality.Eval{}}, nil
+}
+
+// goldAdder draws each row and counts it against its gold label (a row
+// whose id the gold file lacks counts as a blank gold label).
+type goldAdder struct {
+	c    *report.Collector
+	gold *quality.Gold
+	lm   quality.LabelMap
+	eval *quality.Eval
+}
+
+func (a *goldAdder) Add(r report.Record) {
+	a.c.Add(r)
+	g, _ := a.gold.Label(r.RequestID)
+	a.eval.Add(quality.Obs{Gold: g, Success: r.Outcome == string(outcome.Success), Label: a.lm.Apply(r.Label), Score: r.Score})
+}
+
 // writeReport writes the picture through a temporary file and a rename, so
 // that a failed write never leaves half a picture under the final name.
 func writeReport(path string, f report.Format, rep *report.Report) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
-	if err != nil {
-		return fmt.Errorf("cannot create %s: %v", path, unwrapPathError(err))
-	}
-	defer os.Remove(tmp.Name())
-	werr := rep.Write(tmp, f)
-	if cerr := tmp.Close(); werr == nil {
-		werr = cerr
-	}
-	if werr != nil {
-		return fmt.Errorf("cannot write %s: %v", path, werr)
-	}
-	if err := os.Chmod(tmp.Name(), 0o644); err != nil {
-		return fmt.Errorf("cannot write %s: %v", path, err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("cannot write %s: %v", path, unwrapPathError(err))
-	}
-	return nil
+	return writeAtomic(path, func(w io.Writer) error { return rep.Write(w, f) })
 }
 
 // reportTee passes rows to the results sink and to the report collector
@@ -147,16 +191,19 @@ func (t reportTee) Write(rows []results.Row) error {
 }
 
 // classifyReport wires --report into a classify run: it wraps the sink and
-// returns the function that writes the picture when the run is over.
-func (o *classifyOptions) classifyReport(sink engine.Sink, log *slog.Logger) (engine.Sink, func()) {
+// returns the function that writes the picture when the run is over, with
+// the run's quality against its gold labels when there is one.
+func (o *classifyOptions) classifyReport(sink engine.Sink, log *slog.Logger) (engine.Sink, func(*quality.Report)) {
 	if o.report == "" {
-		return sink, func() {}
+		return sink, func(*quality.Report) {}
 	}
 	format, _ := report.FormatFor(o.report) // checked in validate
 	title := "classify " + o.input
 	c := report.NewCollector(report.Options{Title: title})
-	return reportTee{Sink: sink, c: c}, func() {
-		if err := writeReport(o.report, format, c.Report()); err != nil {
+	return reportTee{Sink: sink, c: c}, func(q *quality.Report) {
+		rep := c.Report()
+		rep.Quality = q
+		if err := writeReport(o.report, format, rep); err != nil {
 			log.Error("cannot write --report", "path", o.report, "err", err)
 		}
 	}

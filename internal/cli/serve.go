@@ -42,6 +42,7 @@ type serveOptions struct {
 	batchWait      time.Duration
 	shed           bool
 	noShed         bool
+	qual           qualityOptions
 	flags          *pflag.FlagSet // which flags were given
 }
 
@@ -133,6 +134,7 @@ request: never the text, never the token.`,
 	addEngineFlags(fs, &o.eng, serveEngine)
 	addCacheFlags(fs, &o.cost)
 	addPriceFlags(fs, &o.cost, false)
+	addQualityFlags(fs, &o.qual, serviceQuality)
 	fs.DurationVar(&o.requestTimeout, "request-timeout", serve.DefaultRequestTimeout, "bounds one request from its arrival to its answer: admission, every attempt, backoff and cooldown ("+rangeHelp(minTimeout, maxTimeout)+")")
 	fs.DurationVar(&o.grace, "grace", serve.DefaultGrace, "on SIGTERM or SIGINT, how long requests in flight may finish before they are cancelled ("+rangeHelp(minTimeout, maxGrace)+")")
 	fs.IntVar(&o.maxChars, "max-chars", 5000, "longer texts are 422 invalid_input ("+rangeHelp(1, maxCharsLimit)+")")
@@ -197,7 +199,7 @@ func (o *serveOptions) validate() error {
 	if strings.TrimSpace(o.addr) == "" {
 		return usageErrorf("--addr must be HOST:PORT, e.g. 127.0.0.1:8000")
 	}
-	return nil
+	return o.qual.validate(false)
 }
 
 // idRegexp compiles --id-pattern to match a whole id.
@@ -225,6 +227,9 @@ func runServe(ctx context.Context, o *serveOptions, ios *IOStreams, log *slog.Lo
 		return err
 	}
 	idRE, _ := o.idRegexp()
+	if _, err := o.qual.prepare(log, &o.prov); err != nil {
+		return err
+	}
 	counters := &resilience.Counters{}
 	metrics := serve.NewMetrics(counters)
 	ledger, err := o.cost.ledger(&o.prov)
@@ -257,6 +262,7 @@ func runServe(ctx context.Context, o *serveOptions, ios *IOStreams, log *slog.Lo
 	pc.BatchWait = o.batchWait
 	// A standing queue only makes every answer late.
 	pc.ShedStandingQueue = o.shed && !o.noShed
+	pc.Answers = o.qual.answers()
 	cacheConfig(&pc, rc, guard)
 	srv := serve.New(guard, metrics, serve.Config{
 		Pipeline:       pc,

@@ -10,6 +10,7 @@ import (
 
 	"github.com/hfsent/hfsent/internal/engine"
 	"github.com/hfsent/hfsent/internal/outcome"
+	"github.com/hfsent/hfsent/internal/quality"
 	"github.com/hfsent/hfsent/internal/results"
 )
 
@@ -90,9 +91,15 @@ type summaryJSON struct {
 	ExitCode   int            `json:"exit_code"`
 	Resilience resilienceJSON `json:"resilience"`
 	ciSummary
+	// Quality is the evaluation against the gold labels (--gold-column);
+	// Review the rows marked for review (--review-below).
+	Quality *quality.Report `json:"quality,omitempty"`
+	Review  *int64          `json:"review,omitempty"`
+	// QualityShort says which quality gate fell short (exit 3).
+	QualityShort string `json:"quality_short,omitempty"`
 }
 
-func writeSummaryJSON(path string, s engine.Summary, v verdict) error {
+func writeSummaryJSON(path string, s engine.Summary, v verdict, q *qualityRun) error {
 	code := v.Code
 	out := summaryJSON{
 		Resilience:       newResilienceJSON(s.Provider),
@@ -124,6 +131,13 @@ func writeSummaryJSON(path string, s engine.Summary, v verdict) error {
 		out.RowsPerSec = float64(s.Rows) / secs
 	}
 	out.ciSummary = newCISummary(s, v)
+	out.QualityShort = v.QualityShort
+	if q != nil {
+		out.Quality = q.report
+		if q.o.review() {
+			out.Review = &q.tally.Reviewed
+		}
+	}
 	b, err := json.MarshalIndent(out, "", "  ")
 	if err != nil {
 		return err

@@ -30,6 +30,7 @@ type workerOptions struct {
 	exitWhenDone bool
 	poll         time.Duration
 	prog         progressOptions
+	qual         qualityOptions
 	flags        *pflag.FlagSet
 }
 
@@ -90,6 +91,7 @@ model), before any call; 130 interrupted.`,
 	fs.BoolVar(&o.exitWhenDone, "exit-when-done", false, "exit once the batch has nothing pending or running (default: wait for new rows)")
 	fs.DurationVar(&o.poll, "poll", 250*time.Millisecond, "wait after a claim that found nothing, unless a notification comes first ("+rangeHelp(10*time.Millisecond, maxPollInterval)+")")
 	addProgressFlags(fs, &o.prog, "line")
+	addQualityFlags(fs, &o.qual, serviceQuality)
 	return cmd
 }
 
@@ -103,6 +105,7 @@ func (o *workerOptions) validate() error {
 		o.eng.validate(&o.prov),
 		o.prog.validate(),
 		o.cost.validate(&o.prov),
+		o.qual.validate(false),
 	} {
 		if err != nil {
 			return err
@@ -154,6 +157,10 @@ func runWorker(ctx context.Context, o *workerOptions, ios *IOStreams, log *slog.
 			b.Name, want, labelsShown(o.prov.lab.list), want)
 	}
 
+	// Checked once the batch gave the worker its model.
+	if _, err := o.qual.prepare(log, &o.prov); err != nil {
+		return err
+	}
 	host, _ := os.Hostname()
 	owner := fmt.Sprintf("%s:%d:%s", host, os.Getpid(), randomID())
 	s := db.NewSession(b, owner, o.lease)
@@ -165,6 +172,7 @@ func runWorker(ctx context.Context, o *workerOptions, ios *IOStreams, log *slog.
 		Host:         host,
 		PID:          os.Getpid(),
 		Logger:       log,
+		Extra:        o.qual.extra(),
 	})
 	if o.prov.ledger, err = o.cost.ledger(&o.prov); err != nil {
 		return err
@@ -192,6 +200,7 @@ func runWorker(ctx context.Context, o *workerOptions, ios *IOStreams, log *slog.
 	cfg.Rules = engine.Rules{MaxChars: b.MaxChars}
 	cfg.StopOnFatal, cfg.ProviderText = true, true
 	cfg.Logger = log
+	cfg.Answers = o.qual.answers()
 	cacheConfig(&cfg, rc, guard)
 	p := engine.NewPipeline(context.Background(), guard, cfg)
 	bar := newCountBar(ios, o.prog.show(ios), -1, "worker")
@@ -228,7 +237,7 @@ func runWorker(ctx context.Context, o *workerOptions, ios *IOStreams, log *slog.
 	if ctx.Err() != nil {
 		sum.Stop = engine.StopInterrupted
 	}
-	fmt.Fprintln(ios.ErrOut, workerSummaryLine(sum, st))
+	fmt.Fprintln(ios.ErrOut, workerSummaryLine(sum, st, o.qual.review()))
 	switch {
 	case runErr != nil:
 		return &exitError{code: ExitRowsFailed, err: runErr}
@@ -259,12 +268,17 @@ func labelsShown(l []string) string {
 }
 
 // workerSummaryLine is classify's summary line and the worker's own
-// counts: its claims and what became of them, and its round trips.
-func workerSummaryLine(sum engine.Summary, st queue.WorkerStats) string {
+// counts: its claims and what became of them, and its round trips; with
+// --review-below (review), the rows it marked for review.
+func workerSummaryLine(sum engine.Summary, st queue.WorkerStats, review bool) string {
 	cycleMs := 0.0
 	if st.Cycles > 0 {
 		cycleMs = float64(st.CycleTime.Microseconds()) / 1000 / float64(st.Cycles)
 	}
-	return fmt.Sprintf("%s claimed=%d swapped=%d requeued=%d given_back=%d discarded=%d db_round_trips=%d round_trip_ms=%.1f", summaryLine(sum),
+	line := fmt.Sprintf("%s claimed=%d swapped=%d requeued=%d given_back=%d discarded=%d db_round_trips=%d round_trip_ms=%.1f", summaryLine(sum),
 		st.Claimed, st.Swapped, st.Retried, st.GivenBack, st.Discarded, st.Cycles, cycleMs)
+	if review {
+		line += fmt.Sprintf(" review=%d", st.Review)
+	}
+	return line
 }

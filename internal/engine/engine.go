@@ -18,6 +18,7 @@ import (
 	"github.com/hfsent/hfsent/internal/cache"
 	"github.com/hfsent/hfsent/internal/input"
 	"github.com/hfsent/hfsent/internal/outcome"
+	"github.com/hfsent/hfsent/internal/quality"
 	"github.com/hfsent/hfsent/internal/resilience"
 	"github.com/hfsent/hfsent/internal/results"
 	"github.com/hfsent/hfsent/internal/spend"
@@ -102,6 +103,14 @@ type Config struct {
 	Cache        *cache.Cache
 	Keys         *cache.Keyer
 	FallbackKeys *cache.Keyer
+	// Answers, when set, is applied to every row the pipeline finishes,
+	// after the cache and dedupe have kept the answer as the model gave
+	// it: the label map, the calibration, the review flag. A row kept by
+	// --resume was written with them already.
+	Answers *quality.Answers
+	// KeepText puts the input text in every result row (Row.Text), written
+	// only with IncludeText: for a --review-out file.
+	KeepText bool
 	// Progress is called from Run's writer after each flush; it must be quick.
 	Progress func(Progress)
 	Logger   *slog.Logger
@@ -391,6 +400,10 @@ func (r *run) finished(res results.Row) { r.done <- res }
 // keep hands a row kept from an earlier run to the writer as it is.
 func (r *run) keep(row input.Row, prior results.Row) {
 	prior.Seq = row.Seq
+	prior.Gold = row.Gold
+	if r.cfg.KeepText {
+		prior.Text = row.Text
+	}
 	r.kept.Add(1)
 	r.p.Remember(row.Text, prior)
 	r.done <- prior

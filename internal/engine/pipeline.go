@@ -306,7 +306,9 @@ func (p *Pipeline) Close() {
 // Remember adds an answer found elsewhere (a row kept by --resume) to the
 // dedupe cache.
 func (p *Pipeline) Remember(text string, res results.Row) {
-	if p.cache == nil {
+	if p.cache == nil || p.cfg.Answers.Active() {
+		// A kept row was written mapped and calibrated: it is not the
+		// answer as the model gave it, which dedupe must hand on.
 		return
 	}
 	if a, ok := p.remember(res); ok {
@@ -741,8 +743,12 @@ func (p *Pipeline) finish(j *Job, res results.Row) {
 	res.RequestID = j.Row.ID
 	res.QueuedMs = p.ms(j.At)
 	res.FinishedMs = p.ms(time.Now())
-	if p.cfg.IncludeText {
+	if p.cfg.IncludeText || p.cfg.KeepText {
 		res.Text = j.Row.Text
+	}
+	res.Gold = j.Row.Gold
+	if p.cfg.Answers.Active() {
+		p.cfg.Answers.Apply(&res)
 	}
 	j.Done(res)
 	p.jobs.Done()

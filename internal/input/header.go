@@ -164,18 +164,30 @@ func (r *Reader) columns(header []string) error {
 		return &Error{Name: o.Name, Line: 1, Msg: msg}
 	}
 	r.idIdx, r.textIdx = ids[0]-1, texts[0]-1
-	if o.ClientColumn != "" {
-		at := positions(names, o.ClientColumn)
-		switch {
-		case len(at) == 0:
-			return &Error{Name: o.Name, Line: 1, Msg: "header has no client column " + quote(o.ClientColumn) + " (--client-column" + suggest(o.ClientColumn, names) + "); columns found: " + describeHeader(header)}
-		case len(at) > 1:
-			return &Error{Name: o.Name, Line: 1, Msg: fmt.Sprintf("header has the client column %q %d times, at columns %s (counting from 1): rename all but one, or choose another column with --client-column",
-				o.ClientColumn, len(at), joinInts(at))}
-		}
-		r.clientIdx = at[0] - 1
+	var err error
+	if r.clientIdx, err = r.optional(names, header, "client", o.ClientColumn, "--client-column"); err != nil {
+		return err
 	}
-	return nil
+	r.goldIdx, err = r.optional(names, header, "gold", o.GoldColumn, "--gold-column")
+	return err
+}
+
+// optional finds a column that must be there once when a flag names it:
+// its index from 0, or -1 when the flag is not set.
+func (r *Reader) optional(names, header []string, what, name, flag string) (int, error) {
+	if name == "" {
+		return -1, nil
+	}
+	o := r.opts
+	at := positions(names, name)
+	switch {
+	case len(at) == 0:
+		return -1, &Error{Name: o.Name, Line: 1, Msg: "header has no " + what + " column " + quote(name) + " (" + flag + suggest(name, names) + "); columns found: " + describeHeader(header)}
+	case len(at) > 1:
+		return -1, &Error{Name: o.Name, Line: 1, Msg: fmt.Sprintf("header has the %s column %q %d times, at columns %s (counting from 1): rename all but one, or choose another column with %s",
+			what, name, len(at), joinInts(at), flag)}
+	}
+	return at[0] - 1, nil
 }
 
 // positions are the columns, from 1, whose name is want.

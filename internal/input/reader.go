@@ -41,6 +41,8 @@ type Row struct {
 	Text string
 	// Client is the value of Options.ClientColumn (queue push), "" without one.
 	Client string
+	// Gold is the value of Options.GoldColumn (the gold label), "" without one.
+	Gold string
 	// Problem is set when the record's shape makes it invalid (more fields
 	// than the header, an id or a client longer than Options.MaxChars);
 	// such a row is recorded invalid_input, never sent.
@@ -60,6 +62,9 @@ type Options struct {
 	// ClientColumn, when set, names a third column that must be there too
 	// (queue push --client-column); its value is Row.Client.
 	ClientColumn string
+	// GoldColumn, when set, names a column of gold labels that must be
+	// there too (--gold-column); its value is Row.Gold.
+	GoldColumn string
 	// Delimiter separates fields; 0 sniffs it from the header line among
 	// comma, semicolon, tab and pipe.
 	Delimiter rune
@@ -110,21 +115,22 @@ type Reader struct {
 	idIdx     int
 	textIdx   int
 	clientIdx int
+	goldIdx   int
 	nfields   int
 	seq       int64
 	peeked    *Row
 	err       error
-	slots     [3]int // where the parser keeps the id, the text and the client
+	slots     [4]int // where the parser keeps the id, the text, the client and the gold label
 	scratch   []byte
 }
 
-// keep has the parser keep the id, text and client columns (one of them
-// may name the same column as another).
+// keep has the parser keep the id, text, client and gold columns (one of
+// them may name the same column as another).
 func (r *Reader) keep() {
 	var idx []int
-	for i, c := range []int{r.idIdx, r.textIdx, r.clientIdx} {
+	for i, c := range []int{r.idIdx, r.textIdx, r.clientIdx, r.goldIdx} {
 		if c < 0 {
-			break
+			continue
 		}
 		k := slices.Index(idx, c)
 		if k < 0 {
@@ -157,7 +163,7 @@ func NewReader(r io.Reader, opts Options) (*Reader, error) {
 	}
 	br := bufio.NewReaderSize(transform.NewReader(src, t), 64<<10)
 
-	rd := &Reader{opts: opts, delim: opts.Delimiter, encoding: used, bom: bom, idIdx: -1, textIdx: -1, clientIdx: -1}
+	rd := &Reader{opts: opts, delim: opts.Delimiter, encoding: used, bom: bom, idIdx: -1, textIdx: -1, clientIdx: -1, goldIdx: -1}
 	if rd.delim == 0 {
 		rd.delim, rd.sniffed = sniffDelimiter(peekHeader(br), opts.IDColumn, opts.TextColumn), true
 	}
@@ -167,7 +173,7 @@ func NewReader(r io.Reader, opts Options) (*Reader, error) {
 	// A column's name is kept to headerChars characters, beyond the
 	// longest name looked for (spaces around a name are ignored).
 	longest := 0
-	for _, c := range []string{opts.IDColumn, opts.TextColumn, opts.ClientColumn} {
+	for _, c := range []string{opts.IDColumn, opts.TextColumn, opts.ClientColumn, opts.GoldColumn} {
 		longest = max(longest, utf8.RuneCountInString(c))
 	}
 	rd.p = newParser(br, rd.delim, headerChars+longest)
@@ -258,6 +264,10 @@ func (r *Reader) read() (Row, error) {
 		if client.cut && row.Problem == "" {
 			row.Problem = fmt.Sprintf("client column %q has %d characters, over --max-chars %d", r.opts.ClientColumn, client.chars, r.opts.MaxChars)
 		}
+	}
+	if r.goldIdx >= 0 {
+		// Cut at --max-chars as any field is; a label is far shorter.
+		row.Gold = string(p.fields[r.slots[3]].buf)
 	}
 	if p.nfields > r.nfields {
 		row.Problem = fmt.Sprintf("line %d has %d fields, the header has %d", p.start, p.nfields, r.nfields)

@@ -56,6 +56,11 @@ type Completion struct {
 	// none known); Cached: the cache answered it, without a call.
 	CostUSD *float64
 	Cached  bool
+	// RawScore is the model's own score under a calibrated one (NaN: it
+	// gave none; nil: no calibration); Review marks the row for review
+	// (nil: no --review-below).
+	RawScore *float64
+	Review   *bool
 
 	// Promote is a reservation of this worker's that it started in this
 	// row's place when this row's call ended: the round trip makes it

@@ -35,6 +35,9 @@ type PushRequest struct {
 	DigestAfter func() string
 	// Progress, when set, is told the rows copied so far, now and then.
 	Progress func(rows int64)
+	// Gold: the source's rows carry gold labels (--gold-column), stored
+	// for queue export to compare the results with.
+	Gold bool
 }
 
 // PushResult says what a push did.
@@ -110,9 +113,9 @@ func (db *DB) Push(ctx context.Context, req PushRequest, src Source) (_ PushResu
 	// COPY must still end with ctx, so rows are read where a stop need
 	// not wait for them.
 	cs := &copySource{src: engine.Abandonable(ctx, src), base: base, batch: b.ID, rules: engine.Rules{MaxChars: b.MaxChars},
-		ids: engine.NewIDs(0), progress: req.Progress}
+		ids: engine.NewIDs(0), progress: req.Progress, gold: req.Gold}
 	defer cs.ids.Release()
-	if _, err := tx.CopyFrom(ctx, pgx.Identifier{"hfsent", "input"}, []string{"batch_id", "seq", "request_id", "text"}, cs); err != nil {
+	if _, err := tx.CopyFrom(ctx, pgx.Identifier{"hfsent", "input"}, []string{"batch_id", "seq", "request_id", "text", "gold"}, cs); err != nil {
 		if cs.readErr != nil {
 			return res, cs.readErr
 		}
@@ -358,6 +361,7 @@ type copySource struct {
 	rules    engine.Rules
 	ids      *engine.IDs // the ids of this file, for duplicates
 	progress func(int64)
+	gold     bool // store each row's gold label
 
 	row     input.Row
 	items   []pushItem
@@ -411,7 +415,11 @@ func (c *copySource) Values() ([]any, error) {
 	if c.items[len(c.items)-1].problem != "" {
 		text = ""
 	}
-	return []any{c.batch, c.base + int64(len(c.items)-1), c.row.ID, text}, nil
+	var gold any
+	if c.gold {
+		gold = strings.ReplaceAll(c.row.Gold, "\x00", "")
+	}
+	return []any{c.batch, c.base + int64(len(c.items)-1), c.row.ID, text, gold}, nil
 }
 
 func (c *copySource) Err() error { return c.readErr }

@@ -52,6 +52,7 @@ var (
 	sqlStatusRate     = load("status_rate")
 	sqlStatusSpend    = load("status_spend")
 	sqlExport         = load("export")
+	sqlExportColumns  = load("export_columns")
 	sqlSchemaExists   = load("schema_exists")
 	sqlSchemaVersion  = load("schema_version")
 

@@ -3,6 +3,7 @@ package queue
 import (
 	"context"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -145,7 +146,7 @@ type ExportStats struct {
 // to w: exactly the results classify writes. A row not finished yet is
 // written not_attempted, its error saying where it is. Rows are streamed
 // from one query, so memory stays flat.
-func (db *DB) Export(ctx context.Context, b *Batch, w *results.Writer, includeText bool) (ExportStats, error) {
+func (db *DB) Export(ctx context.Context, b *Batch, w RowWriter, includeText bool) (ExportStats, error) {
 	var st ExportStats
 	// One read-only transaction: the rows come from one snapshot, read
 	// with a cursor so that a million rows are not held in memory.
@@ -160,10 +161,19 @@ func (db *DB) Export(ctx context.Context, b *Batch, w *results.Writer, includeTe
 			var r results.Row
 			var state, oc string
 			var pt, ct *int32
-			var cost *float64
+			var cost, raw *float64
+			var review *bool
+			var gold *string
 			if err := rows.Scan(&r.RequestID, &state, &oc, &r.Label, &r.Score, &r.Model, &r.Attempts, &r.LatencyMs,
-				&r.Error, &r.QueuedMs, &r.StartedMs, &r.FinishedMs, &r.Text, &pt, &ct, &cost, &r.Cached); err != nil {
+				&r.Error, &r.QueuedMs, &r.StartedMs, &r.FinishedMs, &r.Text, &pt, &ct, &cost, &r.Cached, &raw, &review, &gold); err != nil {
 				return err
+			}
+			r.RawScore, r.Review, r.Gold = math.NaN(), review != nil && *review, ""
+			if raw != nil {
+				r.RawScore = *raw
+			}
+			if gold != nil {
+				r.Gold = *gold
 			}
 			if cost != nil {
 				r.CostUSD, r.Costed = *cost, true
@@ -181,7 +191,8 @@ func (db *DB) Export(ctx context.Context, b *Batch, w *results.Writer, includeTe
 			if state != "done" {
 				st.Unfinished++
 				r = results.Row{RequestID: r.RequestID, Outcome: outcome.NotAttempted, Attempts: r.Attempts, StartedMs: -1,
-					Error: "not finished: " + state + " in the queue", Text: r.Text, CostUSD: r.CostUSD, Costed: r.Costed}
+					Error: "not finished: " + state + " in the queue", Text: r.Text, CostUSD: r.CostUSD, Costed: r.Costed,
+					RawScore: math.NaN(), Review: true, Gold: r.Gold}
 			}
 			if r.Outcome.OK() {
 				st.OK++
@@ -211,6 +222,23 @@ func (db *DB) Export(ctx context.Context, b *Batch, w *results.Writer, includeTe
 		return st, fmt.Errorf("reading the results of batch %q: %s", b.Name, summarise(err))
 	}
 	return st, nil
+}
+
+// RowWriter takes the rows an export writes: a results.Writer, or one
+// that also counts them.
+type RowWriter interface {
+	Write(rows []results.Row) error
+}
+
+// ExportColumns says what a batch's export holds beyond classify's
+// columns: raw_score and review (when a worker wrote them), and gold
+// labels (when a push named a gold column).
+func (db *DB) ExportColumns(ctx context.Context, b *Batch) (extra results.Extra, gold bool, err error) {
+	err = db.Pool.QueryRow(ctx, sqlExportColumns.sql, sqlExportColumns.with(pgx.StrictNamedArgs{"batch": b.ID})).Scan(&extra.RawScore, &extra.Review, &gold)
+	if err != nil {
+		return extra, false, fmt.Errorf("reading batch %q: %s", b.Name, summarise(err))
+	}
+	return extra, gold, nil
 }
 
 // writeError is an error writing the output, not reading the database.

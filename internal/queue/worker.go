@@ -12,6 +12,7 @@ import (
 	"github.com/hfsent/hfsent/internal/engine"
 	"github.com/hfsent/hfsent/internal/outcome"
 	"github.com/hfsent/hfsent/internal/resilience"
+	"github.com/hfsent/hfsent/internal/results"
 )
 
 // WorkerConfig tunes a worker.
@@ -34,6 +35,9 @@ type WorkerConfig struct {
 	Host       string
 	PID        int
 	Logger     *slog.Logger
+	// Extra says which of the results' extra columns the worker writes:
+	// raw_score (--calibration) and review (--review-below).
+	Extra results.Extra
 }
 
 // WorkerStats is what a worker did.
@@ -41,6 +45,7 @@ type WorkerStats struct {
 	Claimed   int64 // claims made (a row claimed twice counts twice)
 	Swapped   int64 // of them, reservations started in a finished row's place
 	Finished  int64 // rows this worker finished (done)
+	Review    int64 // of them, marked for review (--review-below)
 	OK        int64 // of them success or fallback
 	Retried   int64 // rows put back for a later attempt after a failure
 	GivenBack int64 // rows put back unstarted (interrupt, stop)
@@ -242,6 +247,17 @@ func (w *Worker) completion(f finished) Completion {
 		c.CostUSD = &usd
 	}
 	c.Cached = r.Cached
+	if w.cfg.Extra.RawScore {
+		raw := r.RawScore
+		if r.Label == "" {
+			raw = math.NaN()
+		}
+		c.RawScore = &raw
+	}
+	if w.cfg.Extra.Review {
+		review := r.Review
+		c.Review = &review
+	}
 	if r.StartedMs >= 0 {
 		c.WaitMs = max(0, r.StartedMs-r.QueuedMs)
 		c.TotalMs = max(c.TotalMs, c.WaitMs)
@@ -284,6 +300,9 @@ func (w *Worker) account(sent []Completion, out CycleOut) {
 		switch c.Action {
 		case Finish:
 			w.stats.Finished++
+			if c.Review != nil && *c.Review {
+				w.stats.Review++
+			}
 			w.stats.Counts[outcome.Code(c.Outcome)]++
 			if outcome.Code(c.Outcome).OK() {
 				w.stats.OK++

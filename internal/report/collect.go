@@ -17,6 +17,7 @@ import (
 	"sort"
 
 	"github.com/hfsent/hfsent/internal/outcome"
+	"github.com/hfsent/hfsent/internal/quality"
 )
 
 // Record is one results row, as far as the picture needs it. Times are
@@ -29,6 +30,11 @@ type Record struct {
 	StartedMs  int64 // when its first call was sent; meaningless unless Sent
 	FinishedMs int64
 	LatencyMs  int64 // meaningless unless Sent
+	// Label and Score are as written (the formula guard undone; Score NaN
+	// when blank), for the quality against gold labels; the picture does
+	// not read them.
+	Label string
+	Score float64
 }
 
 // Options tunes a Collector. Zero values take the defaults noted.
@@ -163,6 +169,9 @@ type Report struct {
 	// Flight and Waiting are averages per time slice of width SliceMs.
 	Flight, Waiting []float64
 	SliceMs         int64
+	// Quality, when set, is the run's quality against its gold labels:
+	// the HTML page shows it.
+	Quality *quality.Report
 }
 
 // Report summarises what was collected.

@@ -50,6 +50,8 @@ body { font-family: sans-serif; margin: 1.5em; color: #222; }
 table { border-collapse: collapse; margin: 1em 2em 1em 0; display: inline-table; vertical-align: top; }
 th, td { padding: 0.2em 0.8em; border-bottom: 1px solid #ddd; text-align: left; }
 td.n { text-align: right; font-variant-numeric: tabular-nums; }
+td.right { background: #dcefd9; font-weight: bold; }
+caption { text-align: left; color: #555; }
 .sw { display: inline-block; width: 0.8em; height: 0.8em; margin-right: 0.4em; }
 svg { max-width: 100%%; height: auto; }
 </style>
@@ -68,7 +70,9 @@ svg { max-width: 100%%; height: auto; }
 	for _, p := range r.Percentiles() {
 		s.printf(`<tr><td>%s</td><td class="n">%s</td></tr>`+"\n", p.Name, fmtMs(p.Ms))
 	}
-	s.printf("</table>\n</body>\n</html>\n")
+	s.printf("</table>\n")
+	r.qualityHTML(s)
+	s.printf("</body>\n</html>\n")
 	if s.err != nil {
 		return s.err
 	}

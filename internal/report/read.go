@@ -5,8 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"strconv"
 	"strings"
+
+	"github.com/hfsent/hfsent/internal/results"
 )
 
 // MaxMs bounds every time in a results file: a year, in milliseconds (a
@@ -20,6 +23,10 @@ const MaxMs = 365 * 24 * 3600 * 1000
 // guard classify puts on label, error and text (a leading ') never reaches
 // the picture; request_id is written as it was read.
 var requiredColumns = []string{"request_id", "outcome", "latency_ms", "queued_ms", "started_ms", "finished_ms"}
+
+// Adder takes the rows ReadCSV reads: a Collector, or one that also
+// counts them against gold labels.
+type Adder interface{ Add(Record) }
 
 // LineError is a problem with one line of the results file.
 type LineError struct {
@@ -36,7 +43,7 @@ func (e *LineError) Error() string { return fmt.Sprintf("line %d: %s", e.Line, e
 // It reads with encoding/csv directly rather than through gocsv: a record
 // at a time, so that an error names the line of the file the record starts
 // on (gocsv counts records, which is not the line once a text spans lines).
-func ReadCSV(r io.Reader, c *Collector) error {
+func ReadCSV(r io.Reader, c Adder) error {
 	cr := csv.NewReader(r)
 	cr.ReuseRecord = true
 	header, err := cr.Read()
@@ -102,7 +109,17 @@ func record(rec []string, col map[string]int) (Record, string) {
 		}
 		return v, true, ""
 	}
-	r := Record{RequestID: rec[col["request_id"]], Outcome: field("outcome")}
+	r := Record{RequestID: rec[col["request_id"]], Outcome: field("outcome"), Score: math.NaN()}
+	if i, ok := col["label"]; ok {
+		r.Label = results.Unguard(rec[i])
+	}
+	if i, ok := col["score"]; ok && strings.TrimSpace(rec[i]) != "" {
+		f, err := strconv.ParseFloat(strings.TrimSpace(rec[i]), 64)
+		if err != nil || f < 0 || f > 1 {
+			return r, fmt.Sprintf("score %.40q is not a number between 0 and 1", rec[i])
+		}
+		r.Score = f
+	}
 	var msg string
 	if r.QueuedMs, _, msg = ms("queued_ms", false); msg != "" {
 		return r, msg

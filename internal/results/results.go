@@ -36,6 +36,60 @@ func Columns(includeText bool) []string {
 	return append(c, costColumns...)
 }
 
+// Extra are the columns after cached, each written only when its feature
+// is on, in this order (later features add theirs after them).
+type Extra struct {
+	// RawScore: raw_score, the model's own score, with --calibration
+	// (score is then the calibrated one).
+	RawScore bool
+	// Review: review, true for a row to be checked by a person
+	// (--review-below).
+	Review bool
+}
+
+// extraColumns are the names of Extra's columns, in order.
+var extraColumns = []string{"raw_score", "review"}
+
+func (e Extra) on() []bool { return []bool{e.RawScore, e.Review} }
+
+// Columns are the extra columns e turns on, in order.
+func (e Extra) Columns() []string {
+	var c []string
+	for i, on := range e.on() {
+		if on {
+			c = append(c, extraColumns[i])
+		}
+	}
+	return c
+}
+
+// extraOf reads which extra columns a header's tail names; ok is false
+// when the tail is not extra columns in their order.
+func extraOf(tail []string) (e Extra, ok bool) {
+	i := 0
+	for _, name := range tail {
+		for i < len(extraColumns) && extraColumns[i] != name {
+			i++
+		}
+		if i == len(extraColumns) {
+			return Extra{}, false
+		}
+		switch name {
+		case "raw_score":
+			e.RawScore = true
+		case "review":
+			e.Review = true
+		}
+		i++
+	}
+	return e, true
+}
+
+// Header is the whole header a writer with these settings writes.
+func Header(includeText bool, e Extra) []string {
+	return append(Columns(includeText), e.Columns()...)
+}
+
 // readable are the headers --resume and report read: today's, and those
 // written before the cost columns and before the token columns.
 func readable(includeText bool) [][]string {
@@ -82,6 +136,14 @@ type Row struct {
 	Costed  bool
 	// Cached: the answer came from the response cache, without a call.
 	Cached bool
+	// RawScore is the model's own score when Score is a calibrated one
+	// (written with Extra.RawScore; NaN: blank). Review marks a row for a
+	// person to check (written with Extra.Review).
+	RawScore float64
+	Review   bool
+	// Gold is the row's gold label (--gold-column), for the evaluation;
+	// not written.
+	Gold string
 	// RetryAfter is when a caller may try again (serve's Retry-After on a
 	// 503); not written.
 	RetryAfter time.Duration
@@ -93,12 +155,21 @@ func (r Row) Status() int { return r.Outcome.Status() }
 // RoundScore is a score as results are written: four decimal places.
 func RoundScore(f float64) float64 { return math.Round(f*1e4) / 1e4 }
 
-func (r Row) record(dst []string, includeText, raw bool) []string {
-	dst = dst[:0]
-	score, started, latency := "", "", ""
-	if r.Label != "" && !math.IsNaN(r.Score) {
-		score = strconv.FormatFloat(RoundScore(r.Score), 'f', -1, 64)
+// formatScore is a score as written: 4 places, blank for a row with no
+// label or no score.
+func (r Row) formatScore(f float64) string {
+	if r.Label == "" || math.IsNaN(f) {
+		return ""
 	}
+	return FormatScore(f)
+}
+
+// FormatScore is a score as results write it: rounded to 4 places.
+func FormatScore(f float64) string { return strconv.FormatFloat(RoundScore(f), 'f', -1, 64) }
+
+func (r Row) record(dst []string, includeText, raw bool, extra Extra) []string {
+	dst = dst[:0]
+	score, started, latency := r.formatScore(r.Score), "", ""
 	if r.StartedMs >= 0 {
 		started = strconv.FormatInt(r.StartedMs, 10)
 		latency = strconv.FormatInt(r.LatencyMs, 10)
@@ -124,7 +195,14 @@ func (r Row) record(dst []string, includeText, raw bool) []string {
 	if r.Costed {
 		cost = FormatUSD(r.CostUSD)
 	}
-	return append(dst, cost, strconv.FormatBool(r.Cached))
+	dst = append(dst, cost, strconv.FormatBool(r.Cached))
+	if extra.RawScore {
+		dst = append(dst, r.formatScore(r.RawScore))
+	}
+	if extra.Review {
+		dst = append(dst, strconv.FormatBool(r.Review))
+	}
+	return dst
 }
 
 // FormatUSD writes an amount of USD as results and summaries show it: to
@@ -142,6 +220,7 @@ type Writer struct {
 	cw          *csv.Writer
 	includeText bool
 	raw         bool
+	extra       Extra
 	rec         []string
 	frozen      atomic.Bool
 }
@@ -156,6 +235,9 @@ type Option func(*Writer)
 // without that first '.
 func Raw(raw bool) Option { return func(w *Writer) { w.raw = raw } }
 
+// WithExtra writes the extra columns e turns on.
+func WithExtra(e Extra) Option { return func(w *Writer) { w.extra = e } }
+
 // NewWriter writes the header to w. By default text, label and error are
 // written with the formula guard (see Guard).
 func NewWriter(w io.Writer, includeText bool, opts ...Option) (*Writer, error) {
@@ -163,7 +245,7 @@ func NewWriter(w io.Writer, includeText bool, opts ...Option) (*Writer, error) {
 	for _, o := range opts {
 		o(rw)
 	}
-	if err := rw.cw.Write(Columns(includeText)); err != nil {
+	if err := rw.cw.Write(Header(includeText, rw.extra)); err != nil {
 		return nil, err
 	}
 	rw.cw.Flush()
@@ -178,7 +260,7 @@ func (w *Writer) Write(rows []Row) error {
 		return ErrFrozen
 	}
 	for _, r := range rows {
-		w.rec = r.record(w.rec, w.includeText, w.raw)
+		w.rec = r.record(w.rec, w.includeText, w.raw, w.extra)
 		if err := w.cw.Write(w.rec); err != nil {
 			return err
 		}

@@ -34,6 +34,9 @@ type record struct {
 	CompletionTokens *int     `csv:"completion_tokens,omitempty"`
 	CostUSD          *float64 `csv:"cost_usd,omitempty"`
 	Cached           string   `csv:"cached"`
+	// Extra columns, absent unless their feature was on.
+	RawScore *float64 `csv:"raw_score,omitempty"`
+	Review   string   `csv:"review"`
 }
 
 func (r record) row() Row {
@@ -59,6 +62,11 @@ func (r record) row() Row {
 		row.CostUSD, row.Costed = *r.CostUSD, true
 	}
 	row.Cached = r.Cached == "true"
+	row.RawScore = math.NaN()
+	if r.RawScore != nil {
+		row.RawScore = *r.RawScore
+	}
+	row.Review = r.Review == "true"
 	if r.StartedMs != nil {
 		row.StartedMs = *r.StartedMs
 		if r.LatencyMs != nil {
@@ -79,6 +87,7 @@ type Stream struct {
 	err    error
 	peeked *Row
 	n      int64
+	extra  Extra
 }
 
 // ErrHeader is returned by NewStream when the file's header is not that of
@@ -109,18 +118,49 @@ func NewStream(r io.ReaderAt, size int64, includeText bool) (*Stream, error) {
 	if err != nil {
 		return nil, err
 	}
-	if !slices.ContainsFunc(readable(includeText), func(h []string) bool { return slices.Equal(h, header) }) {
-		if slices.ContainsFunc(readable(!includeText), func(h []string) bool { return slices.Equal(h, header) }) {
+	extra, ok := knownHeader(header, includeText)
+	if !ok {
+		if _, ok := knownHeader(header, !includeText); ok {
 			return nil, fmt.Errorf("%w: it was written %s --include-text", ErrHeader, map[bool]string{true: "with", false: "without"}[!includeText])
 		}
 		return nil, ErrHeader
 	}
+	s.extra = extra
 	t.header = header
 	go func() {
 		s.errc <- gocsv.UnmarshalDecoderToChan(gocsv.NewSimpleDecoderFromCSVReader(t), s.rows)
 	}()
 	return s, nil
 }
+
+// NewStreamAny is NewStream for a results file written with or without
+// --include-text, whichever it was.
+func NewStreamAny(r io.ReaderAt, size int64) (*Stream, error) {
+	s, err := NewStream(r, size, false)
+	if errors.Is(err, ErrHeader) {
+		if t, terr := NewStream(r, size, true); terr == nil {
+			return t, nil
+		}
+	}
+	return s, err
+}
+
+// knownHeader reports whether header is one a results file may have (one
+// of the readable headers, then extra columns after the latest), and which
+// extra columns it has.
+func knownHeader(header []string, includeText bool) (Extra, bool) {
+	if slices.ContainsFunc(readable(includeText), func(h []string) bool { return slices.Equal(h, header) }) {
+		return Extra{}, true
+	}
+	now := Columns(includeText)
+	if len(header) <= len(now) || !slices.Equal(header[:len(now)], now) {
+		return Extra{}, false
+	}
+	return extraOf(header[len(now):])
+}
+
+// Extra are the extra columns the file has.
+func (s *Stream) Extra() Extra { return s.extra }
 
 // Next returns the next complete row, or io.EOF after the last.
 func (s *Stream) Next() (Row, error) {

@@ -87,7 +87,7 @@ func (o *Output) recover(opts Options) error {
 		drop()
 		return fmt.Errorf("--resume: recovering %s: %v", tmpPath, unwrap(err))
 	}
-	w, err := results.NewWriter(f, opts.IncludeText, results.Raw(opts.RawCSV))
+	w, err := results.NewWriter(f, opts.IncludeText, results.Raw(opts.RawCSV), results.WithExtra(opts.Extra))
 	if err != nil {
 		return fail(err)
 	}

@@ -71,6 +71,8 @@ type Options struct {
 	// resume reads it again to check the old rows against it.
 	Read        input.Options
 	IncludeText bool
+	// Extra are the extra columns written (raw_score, review).
+	Extra results.Extra
 	// RawCSV writes outside text without the spreadsheet-formula guard.
 	RawCSV bool
 	Resume bool
@@ -194,7 +196,7 @@ func (o *Output) create(opts Options) error {
 		return fmt.Errorf("cannot create output %s: %v", o.path, unwrap(err))
 	}
 	o.dst.f = f
-	if o.w, err = results.NewWriter(o.dst, opts.IncludeText, results.Raw(opts.RawCSV)); err != nil {
+	if o.w, err = results.NewWriter(o.dst, opts.IncludeText, results.Raw(opts.RawCSV), results.WithExtra(opts.Extra)); err != nil {
 		return fmt.Errorf("cannot write %s: %v", o.path, unwrap(err))
 	}
 	return nil
@@ -260,7 +262,7 @@ func (o *Output) openResume(opts Options) error {
 		return fmt.Errorf("cannot create %s: %v", tmpPath, unwrap(err))
 	}
 	o.dst.f = tmp
-	if o.w, err = results.NewWriter(o.dst, opts.IncludeText, results.Raw(opts.RawCSV)); err != nil {
+	if o.w, err = results.NewWriter(o.dst, opts.IncludeText, results.Raw(opts.RawCSV), results.WithExtra(opts.Extra)); err != nil {
 		o.abort()
 		return fmt.Errorf("cannot write %s: %v", tmpPath, unwrap(err))
 	}

@@ -27,6 +27,17 @@ type Identity struct {
 	// recorded, when it was always a comma and UTF-8.
 	Delimiter string `json:"delimiter,omitempty"`
 	Encoding  string `json:"encoding,omitempty"`
+	// What a calibration fitted on these results is for (hfsent
+	// calibrate reads them): the labels asked for (--labels), the label
+	// map, and the hash of the request the run sent for a fixed text.
+	Labels        []string `json:"labels,omitempty"`
+	LabelMap      string   `json:"label_map,omitempty"`
+	RequestSHA256 string   `json:"request_sha256,omitempty"`
+	// What changed the rows as they were written, which a resume must
+	// write the same way: the calibration file's SHA-256 and
+	// --review-below.
+	Calibration string `json:"calibration_sha256,omitempty"`
+	ReviewBelow string `json:"review_below,omitempty"`
 }
 
 const identityVersion = 1
@@ -45,11 +56,31 @@ func (cur Identity) mismatch(prev Identity) string {
 		return fmt.Sprintf("it was written by --provider %s --model %s, not --provider %s --model %s", prev.Provider, prev.Model, cur.Provider, cur.Model)
 	case prev.IDColumn != cur.IDColumn || prev.TextColumn != cur.TextColumn:
 		return fmt.Sprintf("it was written with --id-column %q --text-column %q", prev.IDColumn, prev.TextColumn)
+	case prev.LabelMap != cur.LabelMap || prev.Calibration != cur.Calibration || prev.ReviewBelow != cur.ReviewBelow:
+		return fmt.Sprintf("it was written with %s, this run asks %s", prev.answers(), cur.answers())
 	case cmp.Or(prev.Delimiter, ",") != cmp.Or(cur.Delimiter, ",") || cmp.Or(prev.Encoding, "utf-8") != cmp.Or(cur.Encoding, "utf-8"):
 		return fmt.Sprintf("it was written reading the input with delimiter %s and encoding %s, this run reads it with %s and %s (see --delimiter, --encoding)",
 			cmp.Or(prev.Delimiter, ","), cmp.Or(prev.Encoding, "utf-8"), cmp.Or(cur.Delimiter, ","), cmp.Or(cur.Encoding, "utf-8"))
 	}
 	return ""
+}
+
+// answers says how a run changed the answers it wrote, for a message.
+func (id Identity) answers() string {
+	var s []string
+	if id.LabelMap != "" {
+		s = append(s, fmt.Sprintf("--label-map %q", id.LabelMap))
+	}
+	if id.Calibration != "" {
+		s = append(s, fmt.Sprintf("--calibration (a file of sha256 %.12s…)", id.Calibration))
+	}
+	if id.ReviewBelow != "" {
+		s = append(s, "--review-below "+id.ReviewBelow)
+	}
+	if len(s) == 0 {
+		return "no --label-map, --calibration or --review-below"
+	}
+	return strings.Join(s, " ")
 }
 
 // writeIdentity writes id to path through a temporary file and a rename, so
@@ -76,6 +107,10 @@ func writeIdentity(fsys fileSystem, path string, id Identity) error {
 	}
 	return werr
 }
+
+// ReadIdentity reads the identity kept beside the results file output
+// (OUTPUT.hfsent.json): what calibrate knows of the run that wrote it.
+func ReadIdentity(output string) (Identity, error) { return readIdentity(output + SidecarSuffix) }
 
 func readIdentity(path string) (Identity, error) {
 	var id Identity

@@ -33,6 +33,26 @@ type feedbackResponse struct {
 	Label     string   `json:"label"`
 	Score     *float64 `json:"score"` // null: a chat answer without logprobs
 	Model     string   `json:"model"`
+	// With --calibration, the model's own score (score is the calibrated
+	// one); with --review-below, whether the answer is marked for review.
+	RawScore *float64 `json:"raw_score,omitempty"`
+	Review   *bool    `json:"review,omitempty"`
+}
+
+// quality fills what --calibration and --review-below add to an answer.
+func (s *Server) quality(r results.Row, raw **float64, review **bool) {
+	a := s.cfg.Pipeline.Answers
+	if a == nil {
+		return
+	}
+	if a.Calibration != nil && r.Label != "" && !math.IsNaN(r.RawScore) {
+		v := results.RoundScore(r.RawScore)
+		*raw = &v
+	}
+	if a.Review {
+		v := r.Review
+		*review = &v
+	}
 }
 
 // score is a row's score as answered: rounded, nil when it has none.
@@ -61,6 +81,8 @@ type itemResult struct {
 	LatencyMs  *int64   `json:"latency_ms"`
 	Error      *string  `json:"error"`
 	RetryAfter *int     `json:"retry_after"`
+	RawScore   *float64 `json:"raw_score,omitempty"`
+	Review     *bool    `json:"review,omitempty"`
 }
 
 // feedback answers POST /feedback-sentiment.
@@ -91,7 +113,9 @@ func (s *Server) feedback(x *exchange) {
 		return
 	}
 	x.code = string(res.Outcome)
-	x.json(http.StatusOK, feedbackResponse{RequestID: req.RequestID, Label: res.Label, Score: score(res), Model: res.Model})
+	resp := feedbackResponse{RequestID: req.RequestID, Label: res.Label, Score: score(res), Model: res.Model}
+	s.quality(res, &resp.RawScore, &resp.Review)
+	x.json(http.StatusOK, resp)
 }
 
 // classifyItems answers POST /v1/classify: one result per item, in order,
@@ -178,6 +202,7 @@ func (s *Server) classifyItems(x *exchange) {
 // item gave (the pipeline's results carry it, as do the rows built here).
 func (s *Server) item(r results.Row) itemResult {
 	it := itemResult{RequestID: r.RequestID, Status: r.Status(), Outcome: string(r.Outcome), Attempts: r.Attempts}
+	s.quality(r, &it.RawScore, &it.Review)
 	if r.Label != "" {
 		l := r.Label
 		it.Label, it.Score = &l, score(r)

@@ -82,6 +82,8 @@ func (s *Server) document() []byte {
 				"description": "the text to classify; not blank, at most --max-chars characters"},
 		},
 	}
+	rawScore := obj{"type": "number", "minimum": 0, "maximum": 1, "description": "with --calibration: the model's own score, rounded to 4 places (score is then the calibrated probability that the label is right); absent when the model gave none"}
+	review := obj{"type": "boolean", "description": "with --review-below: true when score is under it, or there is none"}
 	schemas["FeedbackResponse"] = obj{
 		"type": "object", "additionalProperties": false, "required": []string{"request_id", "label", "score", "model"},
 		"properties": obj{
@@ -89,6 +91,8 @@ func (s *Server) document() []byte {
 			"label":      obj{"type": "string", "description": "the model's highest-scoring label, e.g. POSITIVE"},
 			"score":      obj{"type": []string{"number", "null"}, "minimum": 0, "maximum": 1, "description": "rounded to 4 places; null when the model gave no probability (a chat model without logprobs)"},
 			"model":      obj{"type": "string", "description": "the model that answered: --fallback-model's id when it did"},
+			"raw_score":  rawScore,
+			"review":     review,
 		},
 	}
 	schemas["ClassifyRequest"] = obj{
@@ -117,6 +121,8 @@ func (s *Server) document() []byte {
 			"latency_ms":  obj{"type": []string{"integer", "null"}, "description": "from the first call to the answer; null when never sent"},
 			"error":       obj{"type": []string{"string", "null"}, "description": "a short safe message; null on success"},
 			"retry_after": obj{"type": []string{"integer", "null"}, "minimum": 1, "description": "seconds, for a 503 status"},
+			"raw_score":   rawScore,
+			"review":      review,
 		},
 	}
 	schemas["ClassifyResponse"] = obj{
