@@ -41,8 +41,9 @@ type classifyOptions struct {
 	dryRun      bool
 	batch       batchOptions
 	qual        qualityOptions
+	configFile  string
 	// run is what a calibration fitted on this run's answers is for
-	// (prepareQuality).
+	// (prepareQuality): its first stage's.
 	run calibration.For
 }
 
@@ -121,21 +122,25 @@ The token comes from HF_TOKEN, else the Hugging Face token file
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.input = args[0]
-			log, err := g.logger(ios)
-			if err != nil {
-				return err
-			}
-			return runClassify(cmd.Context(), o, ios, log)
+			return withConfig(cmd.Flags(), o.configFile, func() error {
+				log, err := g.logger(ios)
+				if err != nil {
+					return err
+				}
+				return runClassify(cmd.Context(), o, ios, log)
+			})
 		},
 	}
 	fs := cmd.Flags()
 	fs.StringVarP(&o.output, "output", "o", "", "results CSV (default: stdout)")
+	addConfigFlag(fs, &o.configFile)
 	addInputFlags(fs, &o.in)
 	addProviderFlags(fs, &o.prov, batchProvider)
 	addDBFlags(fs, &o.db, false)
 	addEngineFlags(fs, &o.eng, batchEngine)
 	addCacheFlags(fs, &o.cost)
-	addPriceFlags(fs, &o.cost, true)
+	addPriceFlags(fs, &o.prov.Config)
+	addSpendFlag(fs, &o.cost)
 	fs.BoolVar(&o.dryRun, "dry-run", false, "read and check INPUT as a run would, make no call, and print what the run would do: the rows it would send, the cache hits already there, the estimated tokens, cost (at the prices given) and time (at --tpm, --rps, -c); nothing is written but --summary-json")
 	fs.IntVar(&o.maxChars, "max-chars", 5000, "longer texts are invalid_input ("+rangeHelp(1, maxCharsLimit)+")")
 	fs.BoolVar(&o.resume, "resume", false, "keep rows already in --output whose outcome is final, process only the rest")
@@ -147,12 +152,15 @@ The token comes from HF_TOKEN, else the Hugging Face token file
 	fs.Var(&o.failOn, "fail-on", "which failed rows make the exit code 1: any, a failure rate such as 5% (exit 1 above it), or none")
 	addProgressFlags(fs, &o.prog, "bar")
 	addBatchFlags(fs, &o.batch)
-	addQualityFlags(fs, &o.qual, classifyQuality)
+	addQualityFlags(fs, &o.qual, classifyQuality, &o.prov.Config)
 	return cmd
 }
 
 func (o *classifyOptions) validate() error {
-	if err := o.prov.validate(); err != nil {
+	if err := o.prov.setup(); err != nil {
+		return err
+	}
+	if err := o.prov.checkDB(&o.db); err != nil {
 		return err
 	}
 	if err := o.validBounds(); err != nil {
@@ -188,12 +196,15 @@ func (o *classifyOptions) validate() error {
 	return o.batch.validate(o)
 }
 
-// prepareQuality checks the flags (validate), then reads --calibration
-// and checks it against this run, before any call.
+// prepareQuality checks the flags (validate), then reads each stage's
+// --calibration and checks it against the stage, before any call.
 func (o *classifyOptions) prepareQuality(log *slog.Logger) error {
 	err := o.validate()
 	if err == nil {
-		o.run, err = o.qual.prepare(log, &o.prov)
+		err = o.prov.prepare(log)
+	}
+	if err == nil {
+		o.run = o.prov.answers[0].For
 	}
 	return err
 }
@@ -202,9 +213,8 @@ func (o *classifyOptions) prepareQuality(log *slog.Logger) error {
 // the run counts into (gold labels, --review-out): the rows then pass
 // through the returned sink.
 func (o *classifyOptions) withQuality(cfg *engine.Config, sink engine.Sink) (*qualityRun, engine.Sink, error) {
-	cfg.Answers = o.qual.answers()
 	cfg.KeepText = o.qual.reviewOut != ""
-	q, err := o.qual.start(o.qual.gold(), o.rawCSV)
+	q, err := o.qual.start(o.qual.gold(), o.rawCSV, o.prov.stageCount())
 	if err != nil {
 		return nil, nil, err
 	}
@@ -246,11 +256,10 @@ func runClassify(ctx context.Context, o *classifyOptions, ios *IOStreams, log *s
 		return usageError(err)
 	}
 	logInput(log, info.name, src)
-	ledger, err := o.cost.ledger(&o.prov)
-	if err != nil {
+	if err := o.cost.ledger(&o.prov); err != nil {
 		return err
 	}
-	o.prov.ledger = ledger
+	ledger := o.prov.ledger
 	if o.dryRun {
 		if o.batch.api {
 			// Estimated at the price the batches would be charged.
@@ -261,13 +270,17 @@ func runClassify(ctx context.Context, o *classifyOptions, ios *IOStreams, log *s
 	if o.batch.api {
 		return runBatchClassify(ctx, o, ios, log, src, info)
 	}
-	leaveBudget, err := o.prov.joinBudget(ctx, ios, log, &o.db, nil, budget.KindClassify)
+	leave, err := o.prov.openStages(ctx, ios, log, &budgets{dbo: &o.db, kind: budget.KindClassify}, nil)
 	if err != nil {
 		return err
 	}
 	// Run after the run: no call is in flight any more.
-	defer leaveBudget(true)
-	guard, rc, closeDB, err := o.cost.openGuarded(ctx, ios, log, &o.prov, nil, o.db.url)
+	defer leave(true)
+	if err := o.prov.startMembers(ctx, log); err != nil {
+		return err
+	}
+	guard := o.prov.guard()
+	rc, closeDB, err := o.cost.openCache(ctx, ios, log, &o.prov, nil, o.db.url)
 	if err != nil {
 		return err
 	}
@@ -282,7 +295,7 @@ func runClassify(ctx context.Context, o *classifyOptions, ios *IOStreams, log *s
 
 	runSink, writePicture := o.classifyReport(out.sink, log)
 	bar := newProgress(ios, o.prog.show(ios), info.total)
-	if o.prov.adaptive {
+	if o.prov.first().Adaptive {
 		bar.showLimit(guard.Counters().Limit)
 	}
 	cfg := o.eng.config(&o.prov, "classify")
@@ -292,7 +305,7 @@ func runClassify(ctx context.Context, o *classifyOptions, ios *IOStreams, log *s
 	cfg.ExpectedRows = info.total
 	cfg.Progress = bar.update
 	cfg.Logger = log
-	cacheConfig(&cfg, rc, guard)
+	cfg.Cache, cfg.Stages = rc, o.prov.opened.Engine(rc, o.qual.answers(&o.prov))
 	q, runSink, err := o.withQuality(&cfg, runSink)
 	if err != nil {
 		return err
