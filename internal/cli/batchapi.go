@@ -317,10 +317,10 @@ func (o *classifyOptions) writeBatchResults(ctx context.Context, ios *IOStreams,
 	}
 	sum.Provider.Calls = live.Load() // the replay is no call; a live fallback is
 	sum.Elapsed = time.Since(start)  // the batches' wait too
-	v := endQuality(ios, log, q, sum, exitFor(sum, runErr, o.failOn))
+	v := endQuality(ios, log, q, sum, exitFor(sum, runErr, o.failOn), false)
 	fmt.Fprintln(ios.ErrOut, batchLine(r.Stats()))
 	if o.summaryJSON != "" {
-		err := writeSummaryJSON(o.summaryJSON, sum, v, q)
+		err := writeSummaryJSON(o.summaryJSON, sum, v, q, false)
 		if err == nil {
 			err = addBatchesJSON(o.summaryJSON, r.Stats())
 		}

@@ -221,11 +221,11 @@ func (o *classifyOptions) withQuality(cfg *engine.Config, sink engine.Sink) (*qu
 	return q, q.sink(sink), nil
 }
 
-// endQuality prints the summary line and the quality block, and applies
-// the gates to the run's verdict.
-func endQuality(ios *IOStreams, log *slog.Logger, q *qualityRun, sum engine.Summary, v verdict) verdict {
+// endQuality prints the summary line (with a --cascade's stages: cascade)
+// and the quality block, and applies the gates to the run's verdict.
+func endQuality(ios *IOStreams, log *slog.Logger, q *qualityRun, sum engine.Summary, v verdict, cascade bool) verdict {
 	q.finish()
-	fmt.Fprintln(ios.ErrOut, summaryLine(sum)+q.keys())
+	fmt.Fprintln(ios.ErrOut, summaryLine(sum)+q.keys()+stageKeys(sum, cascade, q.stageAccuracy()))
 	q.print(ios.ErrOut)
 	if q != nil && q.err != nil {
 		log.Error(q.err.Error())
@@ -317,10 +317,11 @@ func runClassify(ctx context.Context, o *classifyOptions, ios *IOStreams, log *s
 		runErr = err
 	}
 
-	v := endQuality(ios, log, q, sum, exitFor(sum, runErr, o.failOn))
+	cascade := o.prov.file != nil
+	v := endQuality(ios, log, q, sum, exitFor(sum, runErr, o.failOn), cascade)
 	code := v.Code
 	if o.summaryJSON != "" {
-		if err := writeSummaryJSON(o.summaryJSON, sum, v, q); err != nil {
+		if err := writeSummaryJSON(o.summaryJSON, sum, v, q, cascade); err != nil {
 			log.Error("cannot write --summary-json", "path", o.summaryJSON, "err", err)
 		}
 	}

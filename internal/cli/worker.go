@@ -243,7 +243,7 @@ func runWorker(ctx context.Context, o *workerOptions, ios *IOStreams, log *slog.
 	if ctx.Err() != nil {
 		sum.Stop = engine.StopInterrupted
 	}
-	fmt.Fprintln(ios.ErrOut, workerSummaryLine(sum, st, o.qual.review()))
+	fmt.Fprintln(ios.ErrOut, workerSummaryLine(sum, st, o.qual.review())+stageKeys(sum, o.prov.file != nil, nil))
 	switch {
 	case runErr != nil:
 		return &exitError{code: ExitRowsFailed, err: runErr}
