@@ -290,6 +290,7 @@ func runServe(ctx context.Context, o *serveOptions, ios *IOStreams, log *slog.Lo
 		MaxConns:       o.maxConns,
 		MaxItems:       o.maxItems,
 		Version:        version,
+		Stage:          o.prov.file != nil,
 		Logger:         log,
 	})
 	// The bodies and the connections are bounded: so is the heap, and the

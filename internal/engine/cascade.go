@@ -108,6 +108,23 @@ func stagesOf(g *resilience.Guard, cfg Config) []*stageRun {
 	return out
 }
 
+// Marks reports what the run adds to each answer: calibrated, a score
+// some stage calibrates (the model's is kept as raw_score); review, the
+// review flag.
+func (c Config) Marks() (calibrated, review bool) {
+	answers := []*quality.Answers{c.Answers}
+	for _, s := range c.Stages {
+		answers = append(answers, s.Answers)
+	}
+	for _, a := range answers {
+		if a != nil {
+			calibrated = calibrated || a.Calibration != nil || a.Uncalibrated
+			review = review || a.Review
+		}
+	}
+	return calibrated, review
+}
+
 // cascade reports whether a row may go through more than one stage.
 func (p *Pipeline) cascade() bool { return len(p.stages) > 1 }
 
