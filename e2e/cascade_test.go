@@ -10,8 +10,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/hfsent/hfsent/internal/calibration"
 	"github.com/hfsent/hfsent/internal/fakehf"
 	"github.com/hfsent/hfsent/internal/queue/pgtest"
+	"github.com/hfsent/hfsent/internal/stage"
 )
 
 // cascadeFile writes, in dir, a cascade of the embedded model (whose
@@ -20,7 +22,15 @@ import (
 func cascadeFile(t *testing.T, dir, chatURL string) string {
 	t.Helper()
 	cal := filepath.Join(dir, "local.json")
-	if err := fakehf.WriteLocalCalibration(cal, map[string]float64{"NEUTRAL": 0.1, "POSITIVE": 0.95, "NEGATIVE": 0.9}); err != nil {
+	f, err := (&stage.Config{Provider: "local"}).For()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	if err := calibration.Constant(f, map[string]float64{"NEUTRAL": 0.1, "POSITIVE": 0.95, "NEGATIVE": 0.9}).Write(&b); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(cal, b.Bytes(), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	p := filepath.Join(dir, "cascade.yaml")

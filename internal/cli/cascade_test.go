@@ -14,7 +14,9 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/hfsent/hfsent/internal/calibration"
 	"github.com/hfsent/hfsent/internal/fakehf"
+	"github.com/hfsent/hfsent/internal/stage"
 )
 
 // cascadeInput is a real CSV of feedback with gold labels: 4 rows the
@@ -32,15 +34,32 @@ f6,"Horrible, the worst repair ever.",NEGATIVE
 f7,The invoice arrived by post.,NEGATIVE
 `
 
+// writeLocalCalibration writes, at path, a calibration of the embedded
+// model that believes each label of probs with that probability
+// (calibration.Constant): a stage that sends on, say, every NEUTRAL
+// answer.
+func writeLocalCalibration(t *testing.T, path string, probs map[string]float64) {
+	t.Helper()
+	f, err := (&stage.Config{Provider: "local"}).For()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	if err := calibration.Constant(f, probs).Write(&b); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, b.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // writeCascade writes a cascade file in dir: the embedded model, whose
 // calibration believes its NEUTRAL answers 10% of the time (so they go
 // on below escalate-below 0.5), then a chat model at url.
 func writeCascade(t *testing.T, dir, url string, extra string) string {
 	t.Helper()
 	cal := filepath.Join(dir, "local.json")
-	if err := fakehf.WriteLocalCalibration(cal, map[string]float64{"NEUTRAL": 0.1, "POSITIVE": 0.95, "NEGATIVE": 0.9}); err != nil {
-		t.Fatal(err)
-	}
+	writeLocalCalibration(t, cal, map[string]float64{"NEUTRAL": 0.1, "POSITIVE": 0.95, "NEGATIVE": 0.9})
 	c := fmt.Sprintf(`# cheap first: the embedded model, then a chat model for what it is unsure of
 stages:
   - provider: local
@@ -129,9 +148,7 @@ func TestCascadeFileErrors(t *testing.T) {
 	in := writeFile(t, "in.csv", cascadeInput)
 	dir := t.TempDir()
 	cal := filepath.Join(dir, "local.json")
-	if err := fakehf.WriteLocalCalibration(cal, map[string]float64{"NEUTRAL": 0.1}); err != nil {
-		t.Fatal(err)
-	}
+	writeLocalCalibration(t, cal, map[string]float64{"NEUTRAL": 0.1})
 	ep := srv.URL + "/v1/chat/completions"
 	for _, c := range []struct {
 		file string
@@ -185,7 +202,7 @@ func TestConfigFile(t *testing.T) {
 		t.Fatalf("rows %v", rows[:2])
 	}
 	for _, c := range []struct{ file, want string }{
-		{"provider: local\nconcurency: 2\n", `hfsent.yaml:2: unknown key "concurency": no flag --concurency`},
+		{"provider: local\nconcurency: 2\n", `hfsent.yaml:2: unknown key "concurency": it is no flag's long name`},
 		{"provider: local\n\nconcurrency: 0\n", "hfsent.yaml:3: --concurrency must be between 1 and 4096, got 0"},
 		{"provider: local\nmax-chars: lots\n", `hfsent.yaml:2: max-chars: invalid value "lots"`},
 		{"provider: chat\nlabels: [a]\nmodel: m\n", "hfsent.yaml:2: --labels: "},

@@ -77,43 +77,44 @@ func ApplyConfig(name string, data []byte, fs *pflag.FlagSet) (Origins, error) {
 	}
 	origins := Origins{}
 	for _, key := range yamldoc.Keys(root) {
-		v := values[key]
-		if err := configKey(doc, fs, key, lines[key], v); err != nil {
+		set, err := configKey(doc, fs, key, lines[key], values[key])
+		if err != nil {
 			return nil, err
 		}
-		if !fs.Changed(key) || origins[key] != "" {
-			continue
+		if set {
+			origins[key] = fmt.Sprintf("%s:%d", name, lines[key])
 		}
-		origins[key] = fmt.Sprintf("%s:%d", name, lines[key])
 	}
 	return origins, nil
 }
 
 // configKey sets fs's flag key to the file's value v, unless the command
-// line set it.
-func configKey(doc yamldoc.Doc, fs *pflag.FlagSet, key string, line int, v *yaml.Node) error {
+// line set it; set says whether it did.
+func configKey(doc yamldoc.Doc, fs *pflag.FlagSet, key string, line int, v *yaml.Node) (set bool, err error) {
 	at := &yaml.Node{Line: line}
-	f := fs.Lookup(key)
 	switch {
 	case key == "config":
-		return doc.Err(at, key, "config: a config file cannot name another")
-	case key == "help" || f == nil:
+		return false, doc.Err(at, key, "config: a config file cannot name another")
+	case key == "help" || fs.Lookup(key) == nil:
 		hint := ""
-		if s := fs.ShorthandLookup(key); len(key) == 1 && s != nil {
-			hint = " (a key is a flag's long name: " + s.Name + ")"
+		// pflag's ShorthandLookup panics on more than one ASCII character.
+		if len(key) == 1 && key[0] < 0x80 {
+			if s := fs.ShorthandLookup(key); s != nil {
+				hint = " (a key is a flag's long name: " + s.Name + ")"
+			}
 		}
-		return doc.Err(at, key, "unknown key %q: no flag --%s%s", yamldoc.Clip(key), yamldoc.Clip(key), hint)
+		return false, doc.Err(at, key, "unknown key %q: it is no flag's long name%s", yamldoc.Clip(key), hint)
 	case fs.Changed(key):
-		return nil // the command line wins
+		return false, nil // the command line wins
 	}
 	s, err := value(doc, key, v)
 	if err != nil {
-		return err
+		return false, err
 	}
 	if err := fs.Set(key, s); err != nil {
-		return doc.Err(v, key, "%s: invalid value %q: %v", key, yamldoc.Clip(s), err)
+		return false, doc.Err(v, key, "%s: invalid value %q: %v", key, yamldoc.Clip(s), err)
 	}
-	return nil
+	return true, nil
 }
 
 // value is a key's value as a flag would be given it: a scalar as
@@ -260,7 +261,7 @@ func readStage(doc yamldoc.Doc, n *yaml.Node, i, count int, newFlags func(*Confi
 			return s, doc.Err(at, key, "%s: admission-wait is stage 1's: a row is admitted once, and a later stage's call waits for its slot within its row's deadline", what)
 		}
 		if key == "tuned" {
-			if s.Tuned, err = readTuned(doc, v, what); err != nil {
+			if s.Tuned, err = readTuned(doc, v, at, what); err != nil {
 				return s, err
 			}
 			continue
@@ -292,7 +293,7 @@ func stageKey(doc yamldoc.Doc, fs *pflag.FlagSet, what, key string, at, v *yaml.
 
 // readTuned reads a stage's tuned: escalates (required) and accuracy,
 // each between 0 and 1.
-func readTuned(doc yamldoc.Doc, n *yaml.Node, what string) (*Tuned, error) {
+func readTuned(doc yamldoc.Doc, n, at *yaml.Node, what string) (*Tuned, error) {
 	m, _, err := doc.Mapping(n, what+"'s tuned", "escalates", "accuracy")
 	if err != nil {
 		return nil, err
@@ -311,7 +312,7 @@ func readTuned(doc yamldoc.Doc, n *yaml.Node, what string) (*Tuned, error) {
 		return nil
 	}
 	if m["escalates"] == nil {
-		return nil, doc.Err(n, "escalates", "%s: tuned has no escalates: the share of the rows reaching the stage that it sends on", what)
+		return nil, doc.Err(at, "escalates", "%s: tuned has no escalates: the share of the rows reaching the stage that it sends on", what)
 	}
 	if err := share("escalates", &t.Escalates); err != nil {
 		return nil, err

@@ -78,7 +78,7 @@ func TestApplyConfig(t *testing.T) {
 // Every error of a config file names the file, the line and the key.
 func TestApplyConfigErrorsNameTheLine(t *testing.T) {
 	for _, c := range []struct{ data, place, want string }{
-		{"model: m\nconurrency: 4\n", "cfg.yaml:2", `unknown key "conurrency": no flag --conurrency`},
+		{"model: m\nconurrency: 4\n", "cfg.yaml:2", `unknown key "conurrency": it is no flag's long name`},
 		{"model: m\nc: 4\n", "cfg.yaml:2", "a key is a flag's long name: concurrency"},
 		{"model: m\n\nconcurrency: many\n", "cfg.yaml:3", `concurrency: invalid value "many"`},
 		{"timeout: 3 parsecs\n", "cfg.yaml:1", "timeout: invalid value"},
