@@ -122,13 +122,7 @@ The token comes from HF_TOKEN, else the Hugging Face token file
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.input = args[0]
-			return withConfig(cmd.Flags(), o.configFile, func() error {
-				log, err := g.logger(ios)
-				if err != nil {
-					return err
-				}
-				return runClassify(cmd.Context(), o, ios, log)
-			})
+			return withConfig(cmd, ios, g, o.configFile, func(log *slog.Logger) error { return runClassify(cmd.Context(), o, ios, log) })
 		},
 	}
 	fs := cmd.Flags()
@@ -259,13 +253,8 @@ func runClassify(ctx context.Context, o *classifyOptions, ios *IOStreams, log *s
 	if err := o.cost.ledger(&o.prov); err != nil {
 		return err
 	}
-	ledger := o.prov.ledger
 	if o.dryRun {
-		if o.batch.api {
-			// Estimated at the price the batches would be charged.
-			ledger = o.batch.batchPrices(ledger)
-		}
-		return runDryRun(ctx, o, ios, log, src, ledger)
+		return runDryRun(ctx, o, ios, log, src)
 	}
 	if o.batch.api {
 		return runBatchClassify(ctx, o, ios, log, src, info)
@@ -276,9 +265,6 @@ func runClassify(ctx context.Context, o *classifyOptions, ios *IOStreams, log *s
 	}
 	// Run after the run: no call is in flight any more.
 	defer leave(true)
-	if err := o.prov.startMembers(ctx, log); err != nil {
-		return err
-	}
 	guard := o.prov.guard()
 	rc, closeDB, err := o.cost.openCache(ctx, ios, log, &o.prov, nil, o.db.url)
 	if err != nil {

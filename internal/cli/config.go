@@ -2,7 +2,9 @@ package cli
 
 import (
 	"errors"
+	"log/slog"
 
+	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
 	"github.com/hfsent/hfsent/internal/stage"
@@ -13,12 +15,21 @@ func addConfigFlag(fs *pflag.FlagSet, v *string) {
 	fs.StringVar(v, "config", "", "a YAML file of flags by their long names (model: ..., concurrency: 8, labels: [a, b]); a flag given on the command line wins (docs/guides/cascade.md#the-config-file)")
 }
 
-// withConfig sets, from the --config file path (if any), every flag of fs
-// the command line did not set (stage.ApplyConfig), then runs run; a usage
-// error about a flag the file set names the file's line.
-func withConfig(fs *pflag.FlagSet, path string, run func() error) error {
+// withConfig sets, from the --config file path (if any), every flag of
+// cmd the command line did not set (stage.ApplyConfig), then runs run with
+// the logger the flags ask for; a usage error about a flag the file set
+// names the file's line.
+func withConfig(cmd *cobra.Command, ios *IOStreams, g *globalOptions, path string, run func(*slog.Logger) error) error {
+	fs := cmd.Flags()
+	logged := func() error {
+		log, err := g.logger(ios)
+		if err != nil {
+			return err
+		}
+		return run(log)
+	}
 	if path == "" {
-		return run()
+		return logged()
 	}
 	data, err := stage.ReadFile("--config", path)
 	if err != nil {
@@ -28,7 +39,7 @@ func withConfig(fs *pflag.FlagSet, path string, run func() error) error {
 	if err != nil {
 		return usageError(err)
 	}
-	err = run()
+	err = logged()
 	var ee *exitError
 	if errors.As(err, &ee) && ee.code == ExitUsage && ee.err != nil && !stage.IsFileError(ee.err) {
 		ee.err = origins.Wrap(ee.err)

@@ -14,7 +14,6 @@ import (
 	"github.com/hfsent/hfsent/internal/input"
 	"github.com/hfsent/hfsent/internal/provider"
 	"github.com/hfsent/hfsent/internal/results"
-	"github.com/hfsent/hfsent/internal/spend"
 	"github.com/hfsent/hfsent/internal/stage"
 )
 
@@ -27,7 +26,12 @@ const dryRunLatency = 500 * time.Millisecond
 // would read it, the cache is looked up, and what the run would send,
 // cost and take is printed (and written to --summary-json); no call is
 // made and no results file is written.
-func runDryRun(ctx context.Context, o *classifyOptions, ios *IOStreams, log *slog.Logger, src *input.Reader, ledger *spend.Ledger) error {
+func runDryRun(ctx context.Context, o *classifyOptions, ios *IOStreams, log *slog.Logger, src *input.Reader) error {
+	ledger := o.prov.ledger
+	if o.batch.api {
+		// Estimated at the price the batches would be charged.
+		ledger = o.batch.batchPrices(ledger)
+	}
 	// The client is built as a run builds it (the same checks: the token,
 	// the endpoint), but nothing is sent through it.
 	leave, err := o.prov.openStages(ctx, ios, log, nil, nil)

@@ -255,8 +255,9 @@ func (o *providerOptions) cascadeSHA() string {
 // openStages opens the run's stages (stage.OpenCascade): each stage's
 // guard, the first's reporting into counters (nil: its own) and tuned by
 // tune, and, for a stage with a fleet budget, its member on the budget's
-// database (budgets). The returned close ends them; with leave (no call
-// in flight any more), the members hand their shares back at once.
+// database (budgets), started (startMembers). The returned close ends
+// them; with leave (no call in flight any more), the members hand their
+// shares back at once.
 func (o *providerOptions) openStages(ctx context.Context, ios *IOStreams, log *slog.Logger, b *budgets, counters *resilience.Counters, tune ...func(*resilience.Config)) (func(leave bool), error) {
 	d := stage.Deps{Getenv: ios.getenv, Logger: log, UserAgent: "hfsent/" + version, Counters: counters,
 		Ledger: o.ledger, Tune: tune, Join: b.join(ctx, ios, log, o.ledger)}
@@ -270,10 +271,15 @@ func (o *providerOptions) openStages(ctx context.Context, ios *IOStreams, log *s
 		return nil, usageError(err)
 	}
 	o.opened = opened
-	return func(leave bool) {
+	closeFn := func(leave bool) {
 		opened.Close(leave)
 		b.close()
-	}, nil
+	}
+	if err := o.startMembers(ctx, log); err != nil {
+		closeFn(false)
+		return nil, err
+	}
+	return closeFn, nil
 }
 
 // guard is the first stage's guarded provider: the one rows are admitted

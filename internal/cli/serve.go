@@ -124,13 +124,7 @@ request: never the text, never the token.`,
   hfsent serve --endpoint http://127.0.0.1:8080/ -c 4 --batch-size 16`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return withConfig(cmd.Flags(), o.configFile, func() error {
-				log, err := g.logger(ios)
-				if err != nil {
-					return err
-				}
-				return runServe(cmd.Context(), o, ios, log)
-			})
+			return withConfig(cmd, ios, g, o.configFile, func(log *slog.Logger) error { return runServe(cmd.Context(), o, ios, log) })
 		},
 	}
 	fs := cmd.Flags()
@@ -257,9 +251,6 @@ func runServe(ctx context.Context, o *serveOptions, ios *IOStreams, log *slog.Lo
 	}
 	// Run once the server has drained: no call is in flight any more.
 	defer leave(true)
-	if err := o.prov.startMembers(ctx, log); err != nil {
-		return err
-	}
 	guard := o.prov.guard()
 	rc, closeDB, err := o.cost.openCache(ctx, ios, log, &o.prov, nil, o.db.url)
 	if err != nil {

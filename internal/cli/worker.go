@@ -74,13 +74,7 @@ model), before any call; 130 interrupted.`,
   HFSENT_DB=postgres://hfsent@db/hfsent hfsent worker --batch nightly --endpoint https://my-endpoint/ --fallback-model local`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return withConfig(cmd.Flags(), o.configFile, func() error {
-				log, err := g.logger(ios)
-				if err != nil {
-					return err
-				}
-				return runWorker(cmd.Context(), o, ios, log)
-			})
+			return withConfig(cmd, ios, g, o.configFile, func(log *slog.Logger) error { return runWorker(cmd.Context(), o, ios, log) })
 		},
 	}
 	fs := cmd.Flags()
@@ -190,9 +184,6 @@ func runWorker(ctx context.Context, o *workerOptions, ios *IOStreams, log *slog.
 	}
 	// Run after the loop: calls in flight have ended and been written.
 	defer leave(true)
-	if err := o.prov.startMembers(ctx, log); err != nil {
-		return err
-	}
 	guard := o.prov.guard()
 	rc, _, err := o.cost.openCache(ctx, ios, log, &o.prov, db, "")
 	if err != nil {

@@ -239,11 +239,7 @@ func (p *Pipeline) send(ctx context.Context, g *resilience.Guard, permit *resili
 		*started = at
 	}
 	n := row.Attempts()
-	if g != p.guard {
-		// A later stage's calls: stage 1's counters call them fallback
-		// calls (the summary's fallback_calls, serve's metrics).
-		p.guard.Counters().FallbackCalls.Add(int64(n))
-	}
+	p.countLater(g, n)
 	for i := range out {
 		out[i].Attempts += n
 	}
@@ -314,6 +310,15 @@ func (p *Pipeline) send(ctx context.Context, g *resilience.Guard, permit *resili
 			res.CostUSD, res.Costed = l.Cost(res.Model, pr.Usage, false)
 		}
 		res.Outcome = outcome.Success
+	}
+}
+
+// countLater counts n calls to g when g is a later stage's: stage 1's
+// counters call them fallback calls (the summary's fallback_calls, serve's
+// metrics).
+func (p *Pipeline) countLater(g *resilience.Guard, n int) {
+	if g != p.guard {
+		p.guard.Counters().FallbackCalls.Add(int64(n))
 	}
 }
 
