@@ -201,7 +201,11 @@ func (d Doc) Mapping(n *yaml.Node, what string, known ...string) (map[string]*ya
 			return nil, nil, err
 		}
 		if k.Kind != yaml.ScalarNode {
-			return nil, nil, d.Err(k, "", "%s has a key that is %s: want %s", what, KindName(k), want)
+			oneOf := want
+			if len(known) > 0 {
+				oneOf = "one of " + want
+			}
+			return nil, nil, d.Err(k, "", "%s has a key that is %s: want %s", what, KindName(k), oneOf)
 		}
 		if len(known) > 0 && !contains(known, k.Value) {
 			return nil, nil, d.Err(k, k.Value, "unknown key %q in %s: want %s", Clip(k.Value), what, want)
