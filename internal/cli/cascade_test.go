@@ -16,6 +16,7 @@ import (
 
 	"github.com/hfsent/hfsent/internal/calibration"
 	"github.com/hfsent/hfsent/internal/fakehf"
+	"github.com/hfsent/hfsent/internal/queue/pgtest"
 	"github.com/hfsent/hfsent/internal/stage"
 )
 
@@ -310,5 +311,30 @@ func TestCascadeDryRun(t *testing.T) {
 	}
 	if !strings.Contains(readString(t, sum), `"stage": 2`) || chat.Calls() != 0 {
 		t.Fatalf("summary %s; %d calls", readString(t, sum), chat.Calls())
+	}
+}
+
+// A stage's fleet budget is its own: the chat stage joins budget "chat"
+// (with --db), the embedded model's stage none; a stage's budget with no
+// database is refused before any call.
+func TestCascadeStageBudget(t *testing.T) {
+	db := pgtest.URL(t)
+	env := map[string]string{dbEnv: db}
+	if r := runMain(t, env, "", "budget", "set", "chat", "--cap", "2"); r.code != 0 {
+		t.Fatalf("budget set: %s", r.stderr)
+	}
+	chat := &fakehf.Chat{}
+	srv := fakehf.StartChat(chat)
+	defer srv.Close()
+	dir := t.TempDir()
+	in := writeFile(t, "in.csv", cascadeInput)
+	cascade := writeCascade(t, dir, srv.URL, "    budget: chat\n")
+	r := runMain(t, env, "", "classify", in, "--cascade", cascade, "-o", filepath.Join(dir, "out.csv"), "--no-cache")
+	if r.code != ExitOK || strings.Count(r.stderr, "joined the budget") != 1 || !strings.Contains(r.stderr, "budget=chat") || chat.Calls() != 3 {
+		t.Fatalf("exit %d, %d chat calls\n%s", r.code, chat.Calls(), r.stderr)
+	}
+	r = runMain(t, nil, "", "classify", in, "--cascade", cascade, "-o", filepath.Join(dir, "out2.csv"), "--no-cache")
+	if r.code != ExitUsage || !strings.Contains(r.stderr, "--db is required") || chat.Calls() != 3 {
+		t.Fatalf("no database: exit %d\n%s", r.code, r.stderr)
 	}
 }

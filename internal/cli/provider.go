@@ -2,9 +2,6 @@ package cli
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"log/slog"
 	"time"
@@ -232,24 +229,12 @@ func (o *providerOptions) calibrated() bool {
 }
 
 // cascadeSHA is the hash of the cascade's settings, for --resume's
-// sidecar ("" without --cascade): each stage's request, label map,
-// calibration and escalate-below.
+// sidecar ("" without --cascade).
 func (o *providerOptions) cascadeSHA() string {
 	if o.file == nil {
 		return ""
 	}
-	type st struct {
-		For           any     `json:"for"`
-		Calibration   string  `json:"calibration_sha256"`
-		EscalateBelow float64 `json:"escalate_below"`
-	}
-	var all []st
-	for i, c := range o.stages {
-		all = append(all, st{For: o.answers[i].For, Calibration: o.answers[i].SHA, EscalateBelow: c.EscalateBelow})
-	}
-	b, _ := json.Marshal(all)
-	sum := sha256.Sum256(b)
-	return hex.EncodeToString(sum[:])
+	return stage.Hash(o.stages, o.answers)
 }
 
 // openStages opens the run's stages (stage.OpenCascade): each stage's

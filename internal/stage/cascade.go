@@ -2,9 +2,13 @@ package stage
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"fmt"
 
 	"github.com/hfsent/hfsent/internal/cache"
+	"github.com/hfsent/hfsent/internal/calibration"
 	"github.com/hfsent/hfsent/internal/engine"
 	"github.com/hfsent/hfsent/internal/provider"
 	"github.com/hfsent/hfsent/internal/quality"
@@ -87,6 +91,26 @@ func Ledger(cfgs []*Config, limit float64) (*spend.Ledger, error) {
 		table[c.Model] = p
 	}
 	return spend.NewLedger(spend.Table(table, "the stages' prices"), limit), nil
+}
+
+// Hash is the hash of a cascade's settings (cfgs, and their answers
+// read), hex: each stage's request (its For: provider, model, labels,
+// label map, the request's hash), calibration file and escalate-below.
+// Two cascades with one hash answer every row alike, so a --resume may
+// finish one's rows with the other.
+func Hash(cfgs []*Config, answers []Answers) string {
+	type st struct {
+		For           calibration.For `json:"for"`
+		Calibration   string          `json:"calibration_sha256"`
+		EscalateBelow float64         `json:"escalate_below"`
+	}
+	all := make([]st, len(cfgs))
+	for i, c := range cfgs {
+		all[i] = st{For: answers[i].For, Calibration: answers[i].SHA, EscalateBelow: c.EscalateBelow}
+	}
+	b, _ := json.Marshal(all)
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
 }
 
 // Engine is the cascade as the engine runs it: each stage's guard, the

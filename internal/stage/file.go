@@ -161,18 +161,24 @@ func value(doc yamldoc.Doc, key string, v *yaml.Node) (string, error) {
 	return "", doc.Err(v, key, "%s is %s: want a value", key, yamldoc.KindName(v))
 }
 
-// File is a --cascade file read: its stages, in order.
+// File is a --cascade file read: its stages, in order, and the document
+// as parsed (Root: its comments and key order kept, for a tool that
+// writes the file back, as yaml.Encoder encodes a node).
 type File struct {
 	Name   string
 	Stages []FileStage
+	Root   *yaml.Node
 }
 
 // FileStage is one stage of a --cascade file: its settings, the line it
 // starts at and each key's, and what tune recorded of it.
 type FileStage struct {
 	Config *Config
-	Line   int
-	Lines  map[string]int
+	// Node is the stage's mapping in File.Root (its keys and values, to
+	// set escalate-below or tuned in place).
+	Node  *yaml.Node
+	Line  int
+	Lines map[string]int
 	// Tuned is what hfsent tune measured of the stage on gold rows; nil
 	// when the file records nothing.
 	Tuned *Tuned
@@ -227,7 +233,7 @@ func LoadCascade(name string, data []byte, newFlags func(*Config) *pflag.FlagSet
 	case len(items) > MaxStages:
 		return nil, doc.Err(items[MaxStages], "stages", "stage %d of %d: a cascade has at most %d stages", MaxStages+1, len(items), MaxStages)
 	}
-	f := &File{Name: name}
+	f := &File{Name: name, Root: root}
 	for i, it := range items {
 		s, err := readStage(doc, it, i, len(items), newFlags)
 		if err != nil {
@@ -251,7 +257,7 @@ func readStage(doc yamldoc.Doc, n *yaml.Node, i, count int, newFlags func(*Confi
 	c := &Config{}
 	fs := newFlags(c)
 	c.Given = fs.Changed
-	s := FileStage{Config: c, Line: n.Line, Lines: lines}
+	s := FileStage{Config: c, Node: n, Line: n.Line, Lines: lines}
 	for _, key := range yamldoc.Keys(n) {
 		v, at := values[key], &yaml.Node{Line: lines[key]}
 		if why, ok := stageOnly[key]; ok {

@@ -1,6 +1,7 @@
 package stage
 
 import (
+	"bytes"
 	"errors"
 	"os"
 	"path/filepath"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/hfsent/hfsent/internal/yamldoc"
 )
@@ -141,6 +143,18 @@ stages:
 	}
 	if err := f.Wrap(0, errors.New("--bill-to is wrong")); !strings.HasPrefix(err.Error(), "c.yaml:3: stage 1: ") {
 		t.Fatalf("placed at the stage: %v", err)
+	}
+	// The document keeps the user's comments and order: a tool that sets a
+	// stage's keys in place (Node) writes the file back as it was.
+	f.Stages[0].Node.Content[5].Value = "0.75" // escalate-below's value
+	var out bytes.Buffer
+	enc := yaml.NewEncoder(&out)
+	enc.SetIndent(2)
+	if err := enc.Encode(f.Root); err != nil {
+		t.Fatal(err)
+	}
+	if got := out.String(); !strings.HasPrefix(got, "# cheap first\nstages:\n  - provider: local\n    calibration: local.json\n    escalate-below: 0.75\n") {
+		t.Fatalf("written back:\n%s", got)
 	}
 	// Without tuned escalation rates, no reach.
 	g, err := LoadCascade("c.yaml", []byte("stages:\n  - model: a\n  - model: b\n"), testFlags)
