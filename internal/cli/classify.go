@@ -47,12 +47,8 @@ type classifyOptions struct {
 	run calibration.For
 }
 
-func newClassifyCmd(ios *IOStreams, g *globalOptions) *cobra.Command {
-	o := &classifyOptions{}
-	cmd := &cobra.Command{
-		Use:   "classify INPUT",
-		Short: "Classify every text row of a CSV file (INPUT, or - for stdin)",
-		Long: `Classify reads INPUT (a CSV with a header line; - reads stdin), sends each
+// classifyLong is classify's --help.
+const classifyLong = `Classify reads INPUT (a CSV with a header line; - reads stdin), sends each
 row's text to the model, and writes one result row per input row, in input
 order, to --output (stdout by default). Results are written as rows finish, so
 an interrupted run keeps everything it finished.
@@ -68,9 +64,14 @@ latency_ms, error, queued_ms, started_ms, finished_ms (and text with
 --include-text), then prompt_tokens, completion_tokens (a chat model's
 usage; blank otherwise), cost_usd (the row's calls at --price-in/--price-out
 or --prices; blank without a price) and cached (true when the response cache
-answered the row, without a call), then raw_score (with --calibration) and
-review (with --review-below). Outcome codes and exit codes are listed in the
-README.
+answered the row, without a call), then raw_score (with --calibration),
+review (with --review-below) and stage (with --cascade). Outcome codes and
+exit codes are listed in the README.
+
+--cascade FILE sends each row to a cheap model first and on to the next
+stage only when its calibrated score is under the stage's escalate-below,
+or its call failed (docs/guides/cascade.md); --config FILE sets any flag
+by its long name, the command line winning.
 
 With --gold-column COL, each row's label is compared with the gold label in
 COL: accuracy, macro-F1, per-label figures, the confusion matrix, the ECE
@@ -93,7 +94,14 @@ that a spreadsheet does not run them as formulas (--raw-csv: as they are);
 request_id is written exactly as read.
 
 The token comes from HF_TOKEN, else the Hugging Face token file
-($HF_TOKEN_PATH, else $HF_HOME/token, else ~/.cache/huggingface/token).`,
+($HF_TOKEN_PATH, else $HF_HOME/token, else ~/.cache/huggingface/token).`
+
+func newClassifyCmd(ios *IOStreams, g *globalOptions) *cobra.Command {
+	o := &classifyOptions{}
+	cmd := &cobra.Command{
+		Use:   "classify INPUT",
+		Short: "Classify every text row of a CSV file (INPUT, or - for stdin)",
+		Long:  classifyLong,
 		Example: `  # offline, no token: the embedded model
   hfsent classify samples/feedback.csv --provider local -o results.csv
 

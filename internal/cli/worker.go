@@ -42,7 +42,8 @@ func newWorkerCmd(ios *IOStreams, g *globalOptions) *cobra.Command {
 		Short: "Claim a batch's rows from PostgreSQL and classify them: one of many processes sharing it",
 		Long: `worker claims rows of a batch pushed with hfsent queue push, sends them
 through the same guarded pipeline classify uses (retries, cooldown, breaker,
-fallback, --batch-size, dedupe) and writes their results back. Run as many as
+fallback, a --cascade's stages, --batch-size, dedupe) and writes their
+results back. Run as many as
 you like, on as many machines: rows running never exceed the batch's
 --global-cap, nor its --client-cap for any client, whatever each worker's -c
 (which bounds only that worker).
