@@ -17,7 +17,8 @@ type Entry struct {
 	Score float64 // NaN: the provider gave none
 	// Model is the model that answered, as the row recorded it.
 	Model string
-	// Fallback: the fallback model answered (under its own key).
+	// Fallback: a later stage of a cascade answered (--fallback-model's,
+	// or a --cascade's), under its own key.
 	Fallback bool
 	// Usage is what the calls that got it cost, as reported: what a hit
 	// saves (with the server's own cost, when it said).

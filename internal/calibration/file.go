@@ -198,3 +198,17 @@ func (f *File) Write(w io.Writer) error {
 	_, err = w.Write(append(b, '\n'))
 	return err
 }
+
+// Constant is a calibration for f that believes each label of probs with
+// that probability, whatever the score (labels it does not name: 0.5). A
+// fitted one (Fit) follows the score; this one is for a stage whose score
+// says nothing of its labels (tests' cascades among them).
+func Constant(f For, probs map[string]float64) *File {
+	out := &File{Format: Format, For: f, Method: Method, PriorRows: PriorRows, MinLabelRows: MinLabelRows,
+		Labels: map[string]Curve{}, Counts: map[string]int64{},
+		Pooled: Curve{Points: []Point{{0, 0.5}, {1, 0.5}}}}
+	for label, p := range probs {
+		out.Labels[quality.Key(label)] = Curve{Points: []Point{{0, p}, {1, p}}}
+	}
+	return out
+}

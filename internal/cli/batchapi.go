@@ -22,6 +22,7 @@ import (
 	"github.com/hfsent/hfsent/internal/resilience"
 	"github.com/hfsent/hfsent/internal/results"
 	"github.com/hfsent/hfsent/internal/spend"
+	"github.com/hfsent/hfsent/internal/stage"
 )
 
 // batchOptions are classify's Batch API flags (--batch-api and its limits).
@@ -70,11 +71,12 @@ func (o *batchOptions) validate(c *classifyOptions) error {
 		return nil
 	}
 	for _, err := range []error{
-		refuse(c.prov.provider != "chat", "--batch-api needs --provider chat: only a chat model's OpenAI-style API has a Batch API"),
+		refuse(c.prov.cascading(), "--batch-api sends every row to one chat model's Batch API: leave out --cascade and --fallback-model (--batch-fallback live answers the rows a batch left)"),
+		refuse(c.prov.Provider != "chat", "--batch-api needs --provider chat: only a chat model's OpenAI-style API has a Batch API"),
 		refuse(!c.dryRun && (c.output == "" || c.output == "-"), "--batch-api needs --output FILE: the batches are recorded beside it, for --resume"),
 		refuse(c.input == "-", "--batch-api needs INPUT to be a file: its rows are read again to send the ones a batch left unanswered"),
 		refuse(c.cost.maxSpend > 0, "--max-spend and --batch-api: a batch is paid for when it runs, so a cap cannot stop it half-way; leave --max-spend out (--dry-run --batch-api estimates the batch price)"),
-		refuse(c.prov.budget.name != "", "--budget and --batch-api: a fleet budget shares live calls, which batch submissions are not; leave --budget out"),
+		refuse(c.prov.Budget.Name != "", "--budget and --batch-api: a fleet budget shares live calls, which batch submissions are not; leave --budget out"),
 		refuse(o.cancel && !c.resume, "--batch-cancel needs --resume: it cancels the batches an earlier run recorded beside --output"),
 		refuse(o.fallback != "none" && o.fallback != "live", "--batch-fallback %q: want none or live", o.fallback),
 		inRange("--batch-poll", o.poll, minBatchPoll, maxBatchPoll, ""),
@@ -86,7 +88,7 @@ func (o *batchOptions) validate(c *classifyOptions) error {
 			return err
 		}
 	}
-	_, err := batchRoot(c.prov.endpoint)
+	_, err := batchRoot(c.prov.Endpoint)
 	return err
 }
 
@@ -122,10 +124,16 @@ func runBatchClassify(ctx context.Context, o *classifyOptions, ios *IOStreams, l
 	if _, err := os.Stat(journal); err == nil && !o.resume {
 		return usageErrorf("%s records the batches of an earlier run of %s: collect them with the same command and --resume (nothing is paid twice), or remove it to start again (its batches are paid for)", journal, o.output)
 	}
-	if o.prov.ledger != nil && o.prov.ledger.Prices().Known() && !o.prov.ledger.Prices().HasBatch(o.prov.model) && o.batch.discount == 0 {
-		log.Warn("no batch price for --model: the batch is priced at the live price; give --batch-discount 0.5 or a --prices entry with *_cost_per_token_batches", "model", o.prov.model)
+	if o.prov.ledger != nil && o.prov.ledger.Prices().Known() && !o.prov.ledger.Prices().HasBatch(o.prov.Model) && o.batch.discount == 0 {
+		log.Warn("no batch price for --model: the batch is priced at the live price; give --batch-discount 0.5 or a --prices entry with *_cost_per_token_batches", "model", o.prov.Model)
 	}
-	guard, rc, closeDB, err := o.cost.openGuarded(ctx, ios, log, &o.prov, nil, "")
+	leave, err := o.prov.openStages(ctx, ios, log, nil, nil)
+	if err != nil {
+		return err
+	}
+	defer leave(true)
+	guard := o.prov.guard()
+	rc, closeDB, err := o.cost.openCache(ctx, ios, log, &o.prov, nil, "")
 	if err != nil {
 		return err
 	}
@@ -182,11 +190,11 @@ func batchLine(st batchrun.Stats) string {
 // batchClient is the Batch API's client, on the chat endpoint's root
 // with the chat token.
 func (o *classifyOptions) batchClient(ios *IOStreams, log *slog.Logger) (*batchapi.Client, error) {
-	root, err := batchRoot(o.prov.endpoint)
+	root, err := batchRoot(o.prov.Endpoint)
 	if err != nil {
 		return nil, err
 	}
-	tok, err := resolveToken(ios.getenv, o.prov.lab.tokenEnv)
+	tok, err := stage.ResolveToken(ios.getenv, o.prov.TokenEnv)
 	if err != nil {
 		return nil, usageError(err)
 	}
@@ -209,9 +217,9 @@ func (o *classifyOptions) batchConfig(api *batchapi.Client, chat *provider.Chat,
 		Progress:       batchProgress(ios, o.prog.show(ios), log),
 		Logger:         log,
 	}
-	var ec engine.Config
-	cacheConfig(&ec, rc, guard)
-	cfg.Cache, cfg.Keys = ec.Cache, ec.Keys
+	if rc != nil {
+		cfg.Cache, cfg.Keys = rc, stage.Keyer(guard.Client())
+	}
 	return cfg
 }
 
@@ -294,7 +302,10 @@ func (o *classifyOptions) writeBatchResults(ctx context.Context, ios *IOStreams,
 	cfg.IncludeText = o.includeText
 	cfg.ExpectedRows = info.total
 	cfg.Logger = log
-	cacheConfig(&cfg, rc, guard)
+	if rc != nil {
+		cfg.Cache, cfg.Keys = rc, stage.Keyer(guard.Client())
+	}
+	cfg.Answers = o.qual.answers(&o.prov)[0]
 	q, sink, err := o.withQuality(&cfg, r.Sink(out.sink))
 	if err != nil {
 		return err
@@ -306,10 +317,10 @@ func (o *classifyOptions) writeBatchResults(ctx context.Context, ios *IOStreams,
 	}
 	sum.Provider.Calls = live.Load() // the replay is no call; a live fallback is
 	sum.Elapsed = time.Since(start)  // the batches' wait too
-	v := endQuality(ios, log, q, sum, exitFor(sum, runErr, o.failOn))
+	v := endQuality(ios, log, q, sum, exitFor(sum, runErr, o.failOn), false)
 	fmt.Fprintln(ios.ErrOut, batchLine(r.Stats()))
 	if o.summaryJSON != "" {
-		err := writeSummaryJSON(o.summaryJSON, sum, v, q)
+		err := writeSummaryJSON(o.summaryJSON, sum, v, q, false)
 		if err == nil {
 			err = addBatchesJSON(o.summaryJSON, r.Stats())
 		}

@@ -1,88 +1,56 @@
 package cli
 
 import (
-	"fmt"
-	"strconv"
-	"strings"
 	"time"
+
+	"github.com/hfsent/hfsent/internal/stage"
 )
 
 // Bounds of the numeric flags. Each is wide enough for any real run and
 // narrow enough that no value exhausts memory, overflows a computation or
 // reaches a library that panics on it; the --help text of each flag shows
-// its range.
+// its range. The provider's are internal/stage's.
 const (
-	maxConcurrency = 4096
+	maxConcurrency = stage.MaxConcurrency
 	maxBatchSize   = 1024
 	// maxTextsInFlight bounds --concurrency × --batch-size: the engine keeps
 	// a window of rows twice that size, allocated up front.
 	maxTextsInFlight = 65536
 	maxCharsLimit    = 1_000_000
-	maxRetries       = 100
-	minRPS, maxRPS   = 0.001, 100_000
-	maxBurst         = 10_000
-	minThreshold     = 0.01
-	maxMinCalls      = 100_000
+	maxRetries       = stage.MaxRetries
+	minRPS, maxRPS   = stage.MinRPS, stage.MaxRPS
+	maxBurst         = stage.MaxBurst
+	minThreshold     = stage.MinThreshold
+	maxMinCalls      = stage.MaxMinCalls
 	maxBars          = 100_000
 
-	minTimeout        = time.Millisecond
-	maxTimeout        = time.Hour
-	maxConnectTimeout = 10 * time.Minute
-	maxRowDeadline    = 24 * time.Hour
-	maxAdmissionWait  = time.Hour
-	minBreakerWindow  = 100 * time.Millisecond
-	maxBreakerWindow  = 24 * time.Hour
-	maxCooldown       = 24 * time.Hour
+	minTimeout        = stage.MinTimeout
+	maxTimeout        = stage.MaxTimeout
+	maxConnectTimeout = stage.MaxConnectTimeout
+	maxRowDeadline    = stage.MaxRowDeadline
+	maxAdmissionWait  = stage.MaxAdmissionWait
+	minBreakerWindow  = stage.MinBreakerWindow
+	maxBreakerWindow  = stage.MaxBreakerWindow
+	maxCooldown       = stage.MaxCooldown
 	maxRunDuration    = 365 * 24 * time.Hour
 )
 
-// number is what inRange checks; time.Duration is an int64.
-type number interface {
-	~int | ~int64 | ~float64
-}
-
-// inRange checks a numeric flag against [lo, hi], so that every such
-// message reads the same: "--batch-size must be between 1 and 1024, got 0".
-// With off set, 0 is allowed too and means off (e.g. "no limit"). NaN and
-// ±Inf are never in range.
-func inRange[T number](flag string, v, lo, hi T, off string) error {
-	if off != "" && v == 0 {
-		return nil
+// inRange checks a numeric flag against [lo, hi] (stage.InRange): a usage
+// error.
+func inRange[T stage.Number](flag string, v, lo, hi T, off string) error {
+	if err := stage.InRange(flag, v, lo, hi, off); err != nil {
+		return usageError(err)
 	}
-	if v >= lo && v <= hi { // false for NaN
-		return nil
-	}
-	want := "between " + show(lo) + " and " + show(hi)
-	if off != "" {
-		want = "0 (" + off + ") or " + want
-	}
-	return usageErrorf("%s must be %s, got %s", flag, want, show(v))
+	return nil
 }
 
 // rangeHelp is the range as --help shows it, e.g. "1-1024".
-func rangeHelp[T number](lo, hi T) string { return show(lo) + "-" + show(hi) }
+func rangeHelp[T stage.Number](lo, hi T) string { return stage.RangeHelp(lo, hi) }
 
-func show[T number](v T) string {
-	switch x := any(v).(type) {
-	case time.Duration:
-		return shortDuration(x)
-	case float64:
-		return strconv.FormatFloat(x, 'g', -1, 64)
-	}
-	return fmt.Sprint(v)
-}
+func show[T stage.Number](v T) string { return stage.Show(v) }
 
 // shortDuration drops the zero units time.Duration prints: 1h, not 1h0m0s.
-func shortDuration(d time.Duration) string {
-	s := d.String()
-	if strings.HasSuffix(s, "m0s") {
-		s = strings.TrimSuffix(s, "0s")
-	}
-	if strings.HasSuffix(s, "h0m") {
-		s = strings.TrimSuffix(s, "0m")
-	}
-	return s
-}
+func shortDuration(d time.Duration) string { return stage.ShortDuration(d) }
 
 // textsInFlight refuses -c × --batch-size beyond maxTextsInFlight (classify,
 // serve, worker).

@@ -18,19 +18,21 @@ import (
 	"github.com/hfsent/hfsent/internal/budget"
 	"github.com/hfsent/hfsent/internal/queue"
 	"github.com/hfsent/hfsent/internal/serve"
+	"github.com/hfsent/hfsent/internal/spend"
+	"github.com/hfsent/hfsent/internal/stage"
 )
 
 // Bounds of the budget's flags.
 const (
-	maxBudgetCap   = 1_000_000
+	maxBudgetCap   = stage.MaxBudgetCap
 	minWatchEvery  = 100 * time.Millisecond
 	maxWatchEvery  = time.Hour
-	minBudgetLease = 200 * time.Millisecond
-	maxBudgetLease = time.Minute
+	minBudgetLease = stage.MinBudgetLease
+	maxBudgetLease = stage.MaxBudgetLease
 	// The safe share's window: past it a member cut off from its database
 	// sends nothing more, and the budget hands its safe share on.
-	minBudgetSafeFor = time.Second
-	maxBudgetSafeFor = time.Hour
+	minBudgetSafeFor = stage.MinBudgetSafeFor
+	maxBudgetSafeFor = stage.MaxBudgetSafeFor
 )
 
 // budgetError maps a budget error to its exit code as queueError does: a
@@ -410,82 +412,89 @@ ends (a second at most); they resume if it is created again.`,
 	return cmd
 }
 
-// budgetOptions are --budget and --budget-lease, which classify, serve
-// and the worker take (with --db, or $HFSENT_DB).
-type budgetOptions struct {
-	name      string
-	lease     time.Duration
-	safeFor   time.Duration
-	safeShare int
+// addBudgetFlags adds --budget and its flags, which classify, serve and
+// the worker take (with --db, or $HFSENT_DB), and a --cascade's stage.
+func addBudgetFlags(fs *pflag.FlagSet, o *stage.Budget) {
+	fs.StringVar(&o.Name, "budget", "", "join the fleet budget NAME (hfsent budget set): this process's calls in flight and calls per second count against its cap and rate, below -c and --rps; needs --db or $"+dbEnv)
+	fs.DurationVar(&o.Lease, "budget-lease", time.Second, "with --budget: how long a share holds without a renewal (renewed every quarter of it); past it no new call is sent ("+rangeHelp(minBudgetLease, maxBudgetLease)+")")
+	fs.DurationVar(&o.SafeFor, "budget-safe-for", 30*time.Second, "with --budget: how long past its lease a member that cannot renew (its database away) goes on sending on its safe share, the cap divided by the members and at most its share; the budget keeps that much for it as long, plus --timeout (0: no safe share, nothing is sent once the lease ends; "+rangeHelp(minBudgetSafeFor, maxBudgetSafeFor)+")")
+	fs.IntVar(&o.SafeShare, "budget-safe-share", 0, "with --budget: the calls in flight this process may send while it starts with its database away, until its first renewal (0: none, it sends nothing until then); the slots must be free: no other member may hold them (at most the cap)")
 }
 
-func addBudgetFlags(fs *pflag.FlagSet, o *budgetOptions) {
-	fs.StringVar(&o.name, "budget", "", "join the fleet budget NAME (hfsent budget set): this process's calls in flight and calls per second count against its cap and rate, below -c and --rps; needs --db or $"+dbEnv)
-	fs.DurationVar(&o.lease, "budget-lease", time.Second, "with --budget: how long a share holds without a renewal (renewed every quarter of it); past it no new call is sent ("+rangeHelp(minBudgetLease, maxBudgetLease)+")")
-	fs.DurationVar(&o.safeFor, "budget-safe-for", 30*time.Second, "with --budget: how long past its lease a member that cannot renew (its database away) goes on sending on its safe share, the cap divided by the members and at most its share; the budget keeps that much for it as long, plus --timeout (0: no safe share, nothing is sent once the lease ends; "+rangeHelp(minBudgetSafeFor, maxBudgetSafeFor)+")")
-	fs.IntVar(&o.safeShare, "budget-safe-share", 0, "with --budget: the calls in flight this process may send while it starts with its database away, until its first renewal (0: none, it sends nothing until then); the slots must be free: no other member may hold them (at most the cap)")
+// budgets is where the stages' fleet budgets are: classify's and
+// serve's --db (opened on a stage's first need, closed after), or the
+// worker's queue database.
+type budgets struct {
+	dbo  *dbOptions
+	db   *queue.DB
+	kind budget.Kind
+	own  bool // db was opened here
 }
 
-func (o *budgetOptions) validate() error {
-	if o.name == "" {
-		return nil
+// checkDB refuses --db when no stage joins a budget (classify and serve
+// take it for --budget alone).
+func (o *providerOptions) checkDB(dbo *dbOptions) error {
+	for _, c := range o.stages {
+		if c.Budget.Name != "" {
+			return nil
+		}
 	}
-	if err := budget.CheckName(o.name); err != nil {
-		return usageError(fmt.Errorf("--budget: %w", err))
-	}
-	if err := inRange("--budget-lease", o.lease, minBudgetLease, maxBudgetLease, ""); err != nil {
-		return err
-	}
-	if err := inRange("--budget-safe-for", o.safeFor, minBudgetSafeFor, maxBudgetSafeFor, "no safe share"); err != nil {
-		return err
-	}
-	if err := inRange("--budget-safe-share", o.safeShare, 0, maxBudgetCap, ""); err != nil {
-		return err
-	}
-	if o.safeShare > 0 && o.safeFor == 0 {
-		return usageErrorf("--budget-safe-share needs a --budget-safe-for: with --budget-safe-for 0 there is no safe share")
+	if dbo != nil && dbo.url != "" {
+		return usageErrorf("--db is for --budget here: name the budget to join, or leave --db out")
 	}
 	return nil
 }
 
-// joinBudget makes the process a member of --budget, if given, as kind:
-// on db, or (db nil) on the database dbo names, which the returned close
-// closes. The member is started by open, with the guard; close(leave)
-// stops it, and with leave (no call in flight any more) hands its share
-// back at once.
-func (o *providerOptions) joinBudget(ctx context.Context, ios *IOStreams, log *slog.Logger, dbo *dbOptions, db *queue.DB, kind budget.Kind) (closeFn func(leave bool), err error) {
-	noop := func(bool) {}
-	if o.budget.name == "" {
-		if dbo != nil && dbo.url != "" {
-			return noop, usageErrorf("--db is for --budget here: name the budget to join, or leave --db out")
-		}
-		return noop, nil
+// join makes the process a member of a stage's budget (stage.Deps.Join),
+// charging its ledger to it.
+func (b *budgets) join(ctx context.Context, ios *IOStreams, log *slog.Logger, ledger *spend.Ledger) func(context.Context, stage.Budget, int, time.Duration) (*budget.Member, func(bool), error) {
+	if b == nil {
+		return nil
 	}
-	own := db == nil
-	if own {
-		if db, err = openBudgetDB(ctx, ios, log, dbo); err != nil {
-			return noop, err
+	return func(ctx context.Context, bud stage.Budget, max int, timeout time.Duration) (*budget.Member, func(bool), error) {
+		if b.db == nil {
+			db, err := openBudgetDB(ctx, ios, log, b.dbo)
+			if err != nil {
+				return nil, nil, err
+			}
+			b.db, b.own = db, true
 		}
+		host, _ := os.Hostname()
+		m, err := budget.Join(ctx, budget.NewStore(b.db.Pool), budget.MemberConfig{
+			Budget: bud.Name, Kind: b.kind, Max: max, Timeout: timeout,
+			Lease: bud.Lease, Host: host, PID: os.Getpid(), Logger: log, Ledger: ledger,
+			SafeFor: bud.SafeFor, SafeShare: bud.SafeShare,
+		})
+		if err != nil {
+			return nil, nil, budgetError(fmt.Errorf("--budget: %w", err))
+		}
+		return m, m.Close, nil
 	}
-	host, _ := os.Hostname()
-	m, err := budget.Join(ctx, budget.NewStore(db.Pool), budget.MemberConfig{
-		Budget: o.budget.name, Kind: kind, Max: o.concurrency, Timeout: o.timeout,
-		Lease: o.budget.lease, Host: host, PID: os.Getpid(), Logger: log, Ledger: o.ledger,
-		SafeFor: o.budget.safeFor, SafeShare: o.budget.safeShare,
-	})
-	if err != nil {
-		if own {
-			db.Close()
-		}
-		return noop, budgetError(fmt.Errorf("--budget: %w", err))
+}
+
+// close closes the database the budgets opened.
+func (b *budgets) close() {
+	if b != nil && b.own && b.db != nil {
+		b.db.Close()
+		b.db, b.own = nil, false
 	}
-	o.member = m
-	return func(leave bool) {
-		m.Close(leave)
-		if own {
-			db.Close()
+}
+
+// startMembers starts the renewals of each stage's budget member, with
+// its guard, before any call: a set-up error, as a database that cannot
+// be reached is for the queue.
+func (o *providerOptions) startMembers(ctx context.Context, log *slog.Logger) error {
+	for _, s := range o.opened {
+		if s.Member == nil {
+			continue
 		}
-	}, nil
+		name := s.Config.Budget.Name
+		if err := s.Member.Start(ctx, s.Guard); err != nil {
+			return usageErrorf("joining --budget %s: %s", queue.Printable(name), queue.Summarise(err))
+		}
+		log.Info("joined the budget", "budget", name, "member", s.Member.ID(), "share", s.Member.Snapshot().Share)
+	}
+	return nil
 }
 
 // openBudgetDB opens the database of a member's budget: one that cannot be

@@ -20,6 +20,7 @@ import (
 	"github.com/hfsent/hfsent/internal/quality"
 	"github.com/hfsent/hfsent/internal/results"
 	"github.com/hfsent/hfsent/internal/resume"
+	"github.com/hfsent/hfsent/internal/stage"
 )
 
 // MinCalibrationRows is the fewest rows a calibration should be fitted
@@ -33,7 +34,8 @@ type calibrateOptions struct {
 	labelMap string
 	// prov describes the run when RESULTS has no sidecar: --provider,
 	// --model, --endpoint, --labels, --prompt-file, --constrain.
-	prov providerOptions
+	prov  stage.Config
+	flags *pflag.FlagSet
 }
 
 // goldOptions name a gold file and its columns (calibrate, report).
@@ -98,13 +100,13 @@ export), give the run's --provider, --model, --endpoint, --labels,
 	fs.StringVarP(&o.output, "output", "o", "", "the calibration file to write (JSON; required)")
 	addGoldFlags(fs, &o.gold, true)
 	fs.StringVar(&o.labelMap, "label-map", "", "map the labels of RESULTS onto the gold ones before comparing (when the run did not), e.g. LABEL_0=negative; runs using the file must give the same")
-	o.prov.flags = fs
-	fs.StringVar(&o.prov.provider, "provider", "hf", "without RESULTS.hfsent.json: the run's --provider (hf, tei, chat, local)")
-	fs.StringVar(&o.prov.model, "model", provider.DefaultModel, "without RESULTS.hfsent.json: the run's --model")
-	fs.StringVar(&o.prov.endpoint, "endpoint", "", "without RESULTS.hfsent.json: the run's --endpoint")
-	fs.StringVar(&o.prov.lab.labels, "labels", "", "without RESULTS.hfsent.json: the run's --labels")
-	fs.StringVar(&o.prov.lab.promptFile, "prompt-file", "", "without RESULTS.hfsent.json: the run's --prompt-file")
-	addConstrainFlag(fs, &o.prov.lab.constrain)
+	o.flags, o.prov.Given = fs, fs.Changed
+	fs.StringVar(&o.prov.Provider, "provider", "hf", "without RESULTS.hfsent.json: the run's --provider (hf, tei, chat, local)")
+	fs.StringVar(&o.prov.Model, "model", provider.DefaultModel, "without RESULTS.hfsent.json: the run's --model")
+	fs.StringVar(&o.prov.Endpoint, "endpoint", "", "without RESULTS.hfsent.json: the run's --endpoint")
+	fs.StringVar(&o.prov.Labels, "labels", "", "without RESULTS.hfsent.json: the run's --labels")
+	fs.StringVar(&o.prov.PromptFile, "prompt-file", "", "without RESULTS.hfsent.json: the run's --prompt-file")
+	addConstrainFlag(fs, &o.prov.Constrain)
 	return cmd
 }
 
@@ -156,7 +158,7 @@ func runCalibrate(o *calibrateOptions, ios *IOStreams, log *slog.Logger) error {
 func (o *calibrateOptions) describe(lm quality.LabelMap) (calibration.For, error) {
 	var given []string
 	for _, name := range runDescription {
-		if o.prov.flags.Changed(name) {
+		if o.flags.Changed(name) {
 			given = append(given, "--"+name)
 		}
 	}
@@ -174,19 +176,15 @@ func (o *calibrateOptions) describe(lm quality.LabelMap) (calibration.For, error
 		}
 		return calibration.For{Provider: id.Provider, Model: id.Model, Labels: labels, LabelMap: cmpOr(id.LabelMap, lm.String()), Request: id.RequestSHA256}, nil
 	}
-	kind, err := checkKind(o.prov.provider, o.prov.endpoint, false)
+	o.prov.LabelMap = lm.String()
+	if err := o.prov.ValidateRequest(); err != nil {
+		return calibration.For{}, usageError(err)
+	}
+	f, err := o.prov.For()
 	if err != nil {
-		return calibration.For{}, err
+		return f, usageError(err)
 	}
-	if kind.Remote {
-		if err := o.prov.lab.validate(kind, o.prov.flags, ""); err != nil {
-			return calibration.For{}, err
-		}
-		if err := checkEndpoint(o.prov.endpoint, o.prov.model); err != nil {
-			return calibration.For{}, err
-		}
-	}
-	return o.prov.answersFor(lm.String())
+	return f, nil
 }
 
 func cmpOr(a, b string) string {

@@ -21,6 +21,7 @@ import (
 	"github.com/hfsent/hfsent/internal/outcome"
 	"github.com/hfsent/hfsent/internal/provider"
 	"github.com/hfsent/hfsent/internal/resilience"
+	"github.com/hfsent/hfsent/internal/stage"
 )
 
 type checkOptions struct {
@@ -111,7 +112,7 @@ func runCheck(ctx context.Context, o *checkOptions, ios *IOStreams, log *slog.Lo
 	res := &checkResult{}
 	defer res.print(ios.Out)
 
-	tok, err := resolveToken(ios.getenv, o.tokenEnv)
+	tok, err := stage.ResolveToken(ios.getenv, o.tokenEnv)
 	if !res.token(tok, err, o.endpoint != "", ios.getenv) {
 		return silentExit(ExitCheckFailed)
 	}
@@ -176,29 +177,32 @@ func (o *checkOptions) validate() (provider.Kind, error) {
 	if err := inRange("--connect-timeout", o.connectTimeout, minTimeout, maxConnectTimeout, ""); err != nil {
 		return provider.Kind{}, err
 	}
-	kind, err := checkKind(o.provider, o.endpoint, true)
+	kind, err := stage.CheckKind(o.provider, o.endpoint, true)
 	if err != nil {
-		return kind, err
+		return kind, usageError(err)
 	}
-	if err := checkBillTo(o.billTo); err != nil {
-		return kind, err
+	if err := stage.CheckBillTo(o.billTo); err != nil {
+		return kind, usageError(err)
 	}
 	if o.flags != nil && o.flags.Changed("labels") {
 		var err error
-		if o.labelList, err = parseLabels(o.labels); err != nil {
-			return kind, err
+		if o.labelList, err = stage.ParseLabels(o.labels); err != nil {
+			return kind, usageError(err)
 		}
 	}
 	if kind.Chat && (len(o.labelList) == 0 || !o.flags.Changed("model")) {
 		return kind, usageErrorf("--provider chat needs --model and --labels")
 	}
-	if o.tokenEnv != "" && !envName(o.tokenEnv) {
+	if o.tokenEnv != "" && !stage.EnvName(o.tokenEnv) {
 		return kind, usageErrorf("--token-env %q is not an environment variable name (letters, digits, _)", o.tokenEnv)
 	}
-	if err := checkConstrain(o.constrain, o.flags != nil && o.flags.Changed("constrain"), kind.Chat); err != nil {
-		return kind, err
+	if err := stage.CheckConstrain(o.constrain, o.flags != nil && o.flags.Changed("constrain"), kind.Chat); err != nil {
+		return kind, usageError(err)
 	}
-	return kind, checkEndpoint(o.endpoint, o.model)
+	if err := stage.CheckEndpoint(o.endpoint, o.model); err != nil {
+		return kind, usageError(err)
+	}
+	return kind, nil
 }
 
 // token says where the token was found (never its value); false when it
@@ -229,9 +233,8 @@ func (r *checkResult) token(tok provider.Token, err error, endpoint bool, getenv
 // any other answer is what check reports. capture keeps the last answer,
 // warm follows the waits.
 func (o *checkOptions) guard(kind provider.Kind, token string, capture *captureTransport, warm *warmUp, log *slog.Logger) (*resilience.Guard, provider.Info, error) {
-	return openGuard(guardSpec{
-		kind: kind,
-		client: provider.Spec{
+	g, info, err := stage.Build(kind,
+		provider.Spec{
 			Model:          o.model,
 			Endpoint:       o.endpoint,
 			Token:          token,
@@ -245,15 +248,18 @@ func (o *checkOptions) guard(kind provider.Kind, token string, capture *captureT
 			Constrain:      o.constrain,
 			Logger:         log, // what a chat client learns of its server (a refused constraint)
 		},
-		policies: resilience.Config{
+		resilience.Config{
 			Concurrency:   1,
 			Retries:       checkRetries,
 			WarmUpOnly:    true,
 			Timeout:       o.timeout,
 			MaxRetryAfter: o.timeout,
 			OnRetry:       warm.retry,
-		},
-	})
+		})
+	if err != nil {
+		return nil, info, usageError(err)
+	}
+	return g, info, nil
 }
 
 // answer reports what the sample got (ans, or err), after the waits of

@@ -41,17 +41,14 @@ type classifyOptions struct {
 	dryRun      bool
 	batch       batchOptions
 	qual        qualityOptions
+	configFile  string
 	// run is what a calibration fitted on this run's answers is for
-	// (prepareQuality).
+	// (prepareQuality): its first stage's.
 	run calibration.For
 }
 
-func newClassifyCmd(ios *IOStreams, g *globalOptions) *cobra.Command {
-	o := &classifyOptions{}
-	cmd := &cobra.Command{
-		Use:   "classify INPUT",
-		Short: "Classify every text row of a CSV file (INPUT, or - for stdin)",
-		Long: `Classify reads INPUT (a CSV with a header line; - reads stdin), sends each
+// classifyLong is classify's --help.
+const classifyLong = `Classify reads INPUT (a CSV with a header line; - reads stdin), sends each
 row's text to the model, and writes one result row per input row, in input
 order, to --output (stdout by default). Results are written as rows finish, so
 an interrupted run keeps everything it finished.
@@ -67,9 +64,14 @@ latency_ms, error, queued_ms, started_ms, finished_ms (and text with
 --include-text), then prompt_tokens, completion_tokens (a chat model's
 usage; blank otherwise), cost_usd (the row's calls at --price-in/--price-out
 or --prices; blank without a price) and cached (true when the response cache
-answered the row, without a call), then raw_score (with --calibration) and
-review (with --review-below). Outcome codes and exit codes are listed in the
-README.
+answered the row, without a call), then raw_score (with --calibration),
+review (with --review-below) and stage (with --cascade). Outcome codes and
+exit codes are listed in the README.
+
+--cascade FILE sends each row to a cheap model first and on to the next
+stage only when its calibrated score is under the stage's escalate-below,
+or its call failed (docs/guides/cascade.md); --config FILE sets any flag
+by its long name, the command line winning.
 
 With --gold-column COL, each row's label is compared with the gold label in
 COL: accuracy, macro-F1, per-label figures, the confusion matrix, the ECE
@@ -92,7 +94,14 @@ that a spreadsheet does not run them as formulas (--raw-csv: as they are);
 request_id is written exactly as read.
 
 The token comes from HF_TOKEN, else the Hugging Face token file
-($HF_TOKEN_PATH, else $HF_HOME/token, else ~/.cache/huggingface/token).`,
+($HF_TOKEN_PATH, else $HF_HOME/token, else ~/.cache/huggingface/token).`
+
+func newClassifyCmd(ios *IOStreams, g *globalOptions) *cobra.Command {
+	o := &classifyOptions{}
+	cmd := &cobra.Command{
+		Use:   "classify INPUT",
+		Short: "Classify every text row of a CSV file (INPUT, or - for stdin)",
+		Long:  classifyLong,
 		Example: `  # offline, no token: the embedded model
   hfsent classify samples/feedback.csv --provider local -o results.csv
 
@@ -121,21 +130,19 @@ The token comes from HF_TOKEN, else the Hugging Face token file
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.input = args[0]
-			log, err := g.logger(ios)
-			if err != nil {
-				return err
-			}
-			return runClassify(cmd.Context(), o, ios, log)
+			return withConfig(cmd, ios, g, o.configFile, func(log *slog.Logger) error { return runClassify(cmd.Context(), o, ios, log) })
 		},
 	}
 	fs := cmd.Flags()
 	fs.StringVarP(&o.output, "output", "o", "", "results CSV (default: stdout)")
+	addConfigFlag(fs, &o.configFile)
 	addInputFlags(fs, &o.in)
 	addProviderFlags(fs, &o.prov, batchProvider)
 	addDBFlags(fs, &o.db, false)
 	addEngineFlags(fs, &o.eng, batchEngine)
 	addCacheFlags(fs, &o.cost)
-	addPriceFlags(fs, &o.cost, true)
+	addPriceFlags(fs, &o.prov.Config)
+	addSpendFlag(fs, &o.cost)
 	fs.BoolVar(&o.dryRun, "dry-run", false, "read and check INPUT as a run would, make no call, and print what the run would do: the rows it would send, the cache hits already there, the estimated tokens, cost (at the prices given) and time (at --tpm, --rps, -c); nothing is written but --summary-json")
 	fs.IntVar(&o.maxChars, "max-chars", 5000, "longer texts are invalid_input ("+rangeHelp(1, maxCharsLimit)+")")
 	fs.BoolVar(&o.resume, "resume", false, "keep rows already in --output whose outcome is final, process only the rest")
@@ -147,12 +154,15 @@ The token comes from HF_TOKEN, else the Hugging Face token file
 	fs.Var(&o.failOn, "fail-on", "which failed rows make the exit code 1: any, a failure rate such as 5% (exit 1 above it), or none")
 	addProgressFlags(fs, &o.prog, "bar")
 	addBatchFlags(fs, &o.batch)
-	addQualityFlags(fs, &o.qual, classifyQuality)
+	addQualityFlags(fs, &o.qual, classifyQuality, &o.prov.Config)
 	return cmd
 }
 
 func (o *classifyOptions) validate() error {
-	if err := o.prov.validate(); err != nil {
+	if err := o.prov.setup(); err != nil {
+		return err
+	}
+	if err := o.prov.checkDB(&o.db); err != nil {
 		return err
 	}
 	if err := o.validBounds(); err != nil {
@@ -188,12 +198,15 @@ func (o *classifyOptions) validate() error {
 	return o.batch.validate(o)
 }
 
-// prepareQuality checks the flags (validate), then reads --calibration
-// and checks it against this run, before any call.
+// prepareQuality checks the flags (validate), then reads each stage's
+// --calibration and checks it against the stage, before any call.
 func (o *classifyOptions) prepareQuality(log *slog.Logger) error {
 	err := o.validate()
 	if err == nil {
-		o.run, err = o.qual.prepare(log, &o.prov)
+		err = o.prov.prepare(log)
+	}
+	if err == nil {
+		o.run = o.prov.answers[0].For
 	}
 	return err
 }
@@ -202,20 +215,19 @@ func (o *classifyOptions) prepareQuality(log *slog.Logger) error {
 // the run counts into (gold labels, --review-out): the rows then pass
 // through the returned sink.
 func (o *classifyOptions) withQuality(cfg *engine.Config, sink engine.Sink) (*qualityRun, engine.Sink, error) {
-	cfg.Answers = o.qual.answers()
 	cfg.KeepText = o.qual.reviewOut != ""
-	q, err := o.qual.start(o.qual.gold(), o.rawCSV)
+	q, err := o.qual.start(o.qual.gold(), o.rawCSV, o.prov.stageCount())
 	if err != nil {
 		return nil, nil, err
 	}
 	return q, q.sink(sink), nil
 }
 
-// endQuality prints the summary line and the quality block, and applies
-// the gates to the run's verdict.
-func endQuality(ios *IOStreams, log *slog.Logger, q *qualityRun, sum engine.Summary, v verdict) verdict {
+// endQuality prints the summary line (with a --cascade's stages: cascade)
+// and the quality block, and applies the gates to the run's verdict.
+func endQuality(ios *IOStreams, log *slog.Logger, q *qualityRun, sum engine.Summary, v verdict, cascade bool) verdict {
 	q.finish()
-	fmt.Fprintln(ios.ErrOut, summaryLine(sum)+q.keys())
+	fmt.Fprintln(ios.ErrOut, summaryLine(sum)+q.keys()+stageKeys(sum, cascade, q.stageAccuracy()))
 	q.print(ios.ErrOut)
 	if q != nil && q.err != nil {
 		log.Error(q.err.Error())
@@ -246,28 +258,23 @@ func runClassify(ctx context.Context, o *classifyOptions, ios *IOStreams, log *s
 		return usageError(err)
 	}
 	logInput(log, info.name, src)
-	ledger, err := o.cost.ledger(&o.prov)
-	if err != nil {
+	if err := o.cost.ledger(&o.prov); err != nil {
 		return err
 	}
-	o.prov.ledger = ledger
 	if o.dryRun {
-		if o.batch.api {
-			// Estimated at the price the batches would be charged.
-			ledger = o.batch.batchPrices(ledger)
-		}
-		return runDryRun(ctx, o, ios, log, src, ledger)
+		return runDryRun(ctx, o, ios, log, src)
 	}
 	if o.batch.api {
 		return runBatchClassify(ctx, o, ios, log, src, info)
 	}
-	leaveBudget, err := o.prov.joinBudget(ctx, ios, log, &o.db, nil, budget.KindClassify)
+	leave, err := o.prov.openStages(ctx, ios, log, &budgets{dbo: &o.db, kind: budget.KindClassify}, nil)
 	if err != nil {
 		return err
 	}
 	// Run after the run: no call is in flight any more.
-	defer leaveBudget(true)
-	guard, rc, closeDB, err := o.cost.openGuarded(ctx, ios, log, &o.prov, nil, o.db.url)
+	defer leave(true)
+	guard := o.prov.guard()
+	rc, closeDB, err := o.cost.openCache(ctx, ios, log, &o.prov, nil, o.db.url)
 	if err != nil {
 		return err
 	}
@@ -282,7 +289,7 @@ func runClassify(ctx context.Context, o *classifyOptions, ios *IOStreams, log *s
 
 	runSink, writePicture := o.classifyReport(out.sink, log)
 	bar := newProgress(ios, o.prog.show(ios), info.total)
-	if o.prov.adaptive {
+	if o.prov.first().Adaptive {
 		bar.showLimit(guard.Counters().Limit)
 	}
 	cfg := o.eng.config(&o.prov, "classify")
@@ -292,7 +299,7 @@ func runClassify(ctx context.Context, o *classifyOptions, ios *IOStreams, log *s
 	cfg.ExpectedRows = info.total
 	cfg.Progress = bar.update
 	cfg.Logger = log
-	cacheConfig(&cfg, rc, guard)
+	cfg.Cache, cfg.Stages = rc, o.prov.opened.Engine(rc, o.qual.answers(&o.prov))
 	q, runSink, err := o.withQuality(&cfg, runSink)
 	if err != nil {
 		return err
@@ -304,10 +311,11 @@ func runClassify(ctx context.Context, o *classifyOptions, ios *IOStreams, log *s
 		runErr = err
 	}
 
-	v := endQuality(ios, log, q, sum, exitFor(sum, runErr, o.failOn))
+	cascade := o.prov.file != nil
+	v := endQuality(ios, log, q, sum, exitFor(sum, runErr, o.failOn), cascade)
 	code := v.Code
 	if o.summaryJSON != "" {
-		if err := writeSummaryJSON(o.summaryJSON, sum, v, q); err != nil {
+		if err := writeSummaryJSON(o.summaryJSON, sum, v, q, cascade); err != nil {
 			log.Error("cannot write --summary-json", "path", o.summaryJSON, "err", err)
 		}
 	}

@@ -13,23 +13,17 @@ import (
 
 	"github.com/hfsent/hfsent/internal/cache"
 	"github.com/hfsent/hfsent/internal/engine"
-	"github.com/hfsent/hfsent/internal/provider"
 	"github.com/hfsent/hfsent/internal/queue"
-	"github.com/hfsent/hfsent/internal/resilience"
-	"github.com/hfsent/hfsent/internal/spend"
+	"github.com/hfsent/hfsent/internal/stage"
 )
 
 // costOptions are the response cache's flags (--cache-dir, --no-cache,
-// --cache-max-size) and the spend's (--price-in, --price-out, --prices,
-// and, for a batch, --max-spend) that classify, serve and the worker
-// share.
+// --cache-max-size) and, for a batch, --max-spend, that classify, serve
+// and the worker share (the prices are each stage's: stage.Config).
 type costOptions struct {
 	cacheDir string
 	noCache  bool
 	cacheMax byteSize
-	priceIn  float64
-	priceOut float64
-	prices   string
 	maxSpend float64
 
 	flags *pflag.FlagSet
@@ -37,8 +31,8 @@ type costOptions struct {
 
 // Bounds of the cost flags.
 const (
-	maxPrice    = 1_000_000 // USD per million tokens
-	maxSpendCap = 1e9       // USD
+	maxPrice    = stage.MaxPrice // USD per million tokens
+	maxSpendCap = 1e9            // USD
 	maxCacheMax = 1 << 40
 	// defaultCacheMax is --cache-max-size's default: about five million
 	// entries of a chat model's answers.
@@ -53,69 +47,53 @@ func addCacheFlags(fs *pflag.FlagSet, o *costOptions) {
 	fs.Var(&o.cacheMax, "cache-max-size", "the most the response cache may hold on disk, oldest entries out first (1MiB-1024GiB, e.g. 512MiB)")
 }
 
-func addPriceFlags(fs *pflag.FlagSet, o *costOptions, maxSpend bool) {
-	o.flags = fs
-	fs.Float64Var(&o.priceIn, "price-in", 0, "USD per million prompt tokens, to price each call's reported usage (cost_usd); with --price-out ("+rangeHelp(0.0, float64(maxPrice))+")")
-	fs.Float64Var(&o.priceOut, "price-out", 0, "USD per million completion tokens; with --price-in")
-	fs.StringVar(&o.prices, "prices", "", "a price file in LiteLLM's model_prices_and_context_window.json format, priced by --model (input_cost_per_token, output_cost_per_token); instead of --price-in/--price-out")
-	if maxSpend {
-		fs.Float64Var(&o.maxSpend, "max-spend", 0, "stop sending once what was spent plus the estimates of the calls in flight would pass this many USD; the rest are not_attempted (0: no limit, else "+rangeHelp(0.000001, float64(maxSpendCap))+"; needs prices)")
-	}
+// addPriceFlags adds the prices of a provider's tokens (classify, serve,
+// worker, a --cascade's stage).
+func addPriceFlags(fs *pflag.FlagSet, c *stage.Config) {
+	fs.Float64Var(&c.PriceIn, "price-in", 0, "USD per million prompt tokens, to price each call's reported usage (cost_usd); with --price-out ("+rangeHelp(0.0, float64(maxPrice))+")")
+	fs.Float64Var(&c.PriceOut, "price-out", 0, "USD per million completion tokens; with --price-in")
+	fs.StringVar(&c.Prices, "prices", "", "a price file in LiteLLM's model_prices_and_context_window.json format, priced by --model (input_cost_per_token, output_cost_per_token); instead of --price-in/--price-out")
 }
 
-// pricesGiven reports whether any price flag was given.
-func (o *costOptions) pricesGiven() bool {
-	return o.flags.Changed("price-in") || o.flags.Changed("price-out") || o.prices != ""
+// addSpendFlag adds --max-spend (classify, worker).
+func addSpendFlag(fs *pflag.FlagSet, o *costOptions) {
+	fs.Float64Var(&o.maxSpend, "max-spend", 0, "stop sending once what was spent plus the estimates of the calls in flight would pass this many USD, every stage's calls counted; the rest are not_attempted (0: no limit, else "+rangeHelp(0.000001, float64(maxSpendCap))+"; needs prices)")
 }
 
-// validate checks the cost flags against the provider's.
+// validate checks the cost flags against the run's stages: --max-spend
+// needs prices, and in a cascade those of every stage that reports usage.
 func (o *costOptions) validate(prov *providerOptions) error {
-	kind, _ := provider.KindOf(prov.provider)
-	in, out := o.flags.Changed("price-in"), o.flags.Changed("price-out")
-	for _, err := range []error{
-		inRange("--price-in", o.priceIn, 0, maxPrice, ""),
-		inRange("--price-out", o.priceOut, 0, maxPrice, ""),
-		inRange("--max-spend", o.maxSpend, 0.000001, maxSpendCap, "no limit"),
-		refuse(in != out, "--price-in and --price-out go together: a price for one kind of token only would guess the other"),
-		refuse((in || out) && o.prices != "", "--prices and --price-in/--price-out contradict each other; give one"),
-		refuse(o.pricesGiven() && !kind.Chat, "--price-in, --price-out and --prices price the usage a chat model reports (--provider chat); --provider %s reports none", prov.provider),
-		refuse(o.maxSpend > 0 && !o.pricesGiven(), "--max-spend needs the prices of the tokens: --price-in and --price-out (USD per million), or --prices FILE"),
-		contradict("--cache-dir", "--no-cache", o.noCache && o.cacheDir != ""),
-	} {
-		if err != nil {
-			return err
+	if err := inRange("--max-spend", o.maxSpend, 0.000001, maxSpendCap, "no limit"); err != nil {
+		return err
+	}
+	if o.maxSpend > 0 && prov.file == nil && !prov.PricesGiven() {
+		return usageErrorf("--max-spend needs the prices of the tokens: --price-in and --price-out (USD per million), or --prices FILE")
+	}
+	if o.maxSpend > 0 && prov.file != nil {
+		priced := false
+		for i, c := range prov.stages {
+			if k, _ := c.Kind(); k.Chat && !c.PricesGiven() {
+				return usageError(prov.place(i, errors.New("--max-spend needs the prices of every stage that reports usage: give this one price-in and price-out (USD per million), or prices FILE")))
+			}
+			priced = priced || c.PricesGiven()
+		}
+		if !priced {
+			return usageErrorf("--max-spend needs the prices of the tokens: no stage of %s reports usage (a chat stage, with price-in and price-out or prices)", prov.cascadeFile)
 		}
 	}
+	return contradict("--cache-dir", "--no-cache", o.noCache && o.cacheDir != "")
+}
+
+// ledger is what every stage's calls are charged to, at the prices each
+// stage gives, with --max-spend's limit (stage.Ledger); nil when no stage
+// reports usage.
+func (o *costOptions) ledger(prov *providerOptions) error {
+	l, err := stage.Ledger(prov.stages, o.maxSpend)
+	if err != nil {
+		return usageError(err)
+	}
+	prov.ledger = l
 	return nil
-}
-
-// ledger is what the run's calls are charged to: with the prices the
-// flags give, or none (then only a cost the server reports is counted);
-// nil for a provider that reports no usage.
-func (o *costOptions) ledger(prov *providerOptions) (*spend.Ledger, error) {
-	kind, _ := provider.KindOf(prov.provider)
-	if !kind.Chat {
-		return nil, nil
-	}
-	var ps spend.Prices
-	switch {
-	case o.prices != "":
-		var err error
-		if ps, err = spend.LoadFile(o.prices); err != nil {
-			return nil, usageErrorf("--prices: %v", unwrapPathError(err))
-		}
-		if _, ok := ps.For(prov.model); !ok {
-			return nil, usageErrorf("--prices %s has no price for --model %s (looked up as given, and without a :provider suffix): add its entry, or give --price-in and --price-out", o.prices, prov.model)
-		}
-	case o.flags.Changed("price-in"):
-		ps = spend.Flat(o.priceIn, o.priceOut)
-	}
-	return spend.NewLedger(ps, o.maxSpend), nil
-}
-
-// tune gives the guard the ledger.
-func tuneLedger(l *spend.Ledger) func(*resilience.Config) {
-	return func(c *resilience.Config) { c.Ledger = l }
 }
 
 // defaultCacheDir is the user's cache directory, as os.UserCacheDir finds
@@ -151,7 +129,12 @@ func defaultCacheDir(getenv func(string) string) string {
 // embedded model, or no cache directory at all).
 func (o *costOptions) openCache(ctx context.Context, ios *IOStreams, log *slog.Logger, prov *providerOptions, db *queue.DB, url string) (*cache.Cache, func(), error) {
 	noop := func() {}
-	if kind, _ := provider.KindOf(prov.provider); o.noCache || !kind.Remote {
+	remote := false
+	for _, c := range prov.stages {
+		k, _ := c.Kind()
+		remote = remote || k.Remote
+	}
+	if o.noCache || !remote {
 		return nil, noop, nil
 	}
 	advice := "run `hfsent cache clear` (add the same --cache-dir), or pass --no-cache"
@@ -197,21 +180,6 @@ func (o *costOptions) openCache(ctx context.Context, ios *IOStreams, log *slog.L
 	return cache.New(f, cache.Options{Logger: log, Advice: advice}), noop, nil
 }
 
-// openGuarded opens the guarded provider the flags ask for (prov.open),
-// then the response cache beside it (openCache: dbURL is a budget member's
-// --db); closeDB closes what the cache holds open, after the cache.
-func (o *costOptions) openGuarded(ctx context.Context, ios *IOStreams, log *slog.Logger, prov *providerOptions, counters *resilience.Counters, dbURL string) (*resilience.Guard, *cache.Cache, func(), error) {
-	guard, err := prov.open(ios, log, counters)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	rc, closeDB, err := o.openCache(ctx, ios, log, prov, nil, dbURL)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	return guard, rc, closeDB, nil
-}
-
 func (o *costOptions) pgCache(ctx context.Context, log *slog.Logger, db *queue.DB, advice string) (*cache.Cache, error) {
 	if err := db.Check(ctx); err != nil {
 		return nil, queueError(err)
@@ -230,34 +198,6 @@ func cacheOpenError(err error, dir string) error {
 		return usageErrorf("%v: use that hfsent, another --cache-dir, or `hfsent cache clear%s` to start a new one", err, flag)
 	}
 	return usageErrorf("cannot open the response cache in %s: %v; give another --cache-dir", dir, unwrapPathError(err))
-}
-
-// cacheConfig sets the engine's cache: the keys of the primary's requests
-// and of the fallback's.
-func cacheConfig(cfg *engine.Config, c *cache.Cache, g *resilience.Guard) {
-	if c == nil {
-		return
-	}
-	if k, ok := cache.NewKeyer(kindKey(g.Client()), g.Client()); ok {
-		cfg.Cache, cfg.Keys = c, &k
-	}
-	if fb := g.Fallback(); fb != nil && cfg.Keys != nil {
-		if k, ok := cache.NewKeyer(kindKey(fb), fb); ok {
-			cfg.FallbackKeys = &k
-		}
-	}
-}
-
-// kindKey is the kind of request a client sends, for its key: chat, or
-// the request format of the HF client (hf, tei).
-func kindKey(c provider.Classifier) string {
-	switch v := c.(type) {
-	case *provider.Chat:
-		return provider.APIChat
-	case *provider.HF:
-		return v.API()
-	}
-	return fmt.Sprintf("%T", c)
 }
 
 // closeCache writes what the cache holds queued, saying so when it fails.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -13,7 +14,7 @@ import (
 	"github.com/hfsent/hfsent/internal/input"
 	"github.com/hfsent/hfsent/internal/provider"
 	"github.com/hfsent/hfsent/internal/results"
-	"github.com/hfsent/hfsent/internal/spend"
+	"github.com/hfsent/hfsent/internal/stage"
 )
 
 // dryRunLatency is the time a call is assumed to take when a dry run
@@ -25,29 +26,51 @@ const dryRunLatency = 500 * time.Millisecond
 // would read it, the cache is looked up, and what the run would send,
 // cost and take is printed (and written to --summary-json); no call is
 // made and no results file is written.
-func runDryRun(ctx context.Context, o *classifyOptions, ios *IOStreams, log *slog.Logger, src *input.Reader, ledger *spend.Ledger) error {
+func runDryRun(ctx context.Context, o *classifyOptions, ios *IOStreams, log *slog.Logger, src *input.Reader) error {
+	ledger := o.prov.ledger
+	if o.batch.api {
+		// Estimated at the price the batches would be charged.
+		ledger = o.batch.batchPrices(ledger)
+	}
 	// The client is built as a run builds it (the same checks: the token,
 	// the endpoint), but nothing is sent through it.
-	guard, rc, closeDB, err := o.cost.openGuarded(ctx, ios, log, &o.prov, nil, o.db.url)
+	leave, err := o.prov.openStages(ctx, ios, log, nil, nil)
+	if err != nil {
+		return err
+	}
+	defer leave(false)
+	rc, closeDB, err := o.cost.openCache(ctx, ios, log, &o.prov, nil, o.db.url)
 	if err != nil {
 		return err
 	}
 	defer closeDB()
+	first := o.prov.opened[0]
 	cfg := engine.EstimateConfig{
 		Rules:       engine.Rules{MaxChars: o.maxChars},
 		Dedupe:      o.eng.dedupe && !o.eng.noDedupe,
 		Ledger:      ledger,
-		Model:       o.prov.model,
-		Concurrency: o.prov.concurrency,
+		Model:       first.Config.Model,
+		Concurrency: first.Config.Concurrency,
 		Latency:     dryRunLatency,
-		RPS:         o.prov.rps,
-		TPM:         float64(o.prov.lab.tpm),
+		RPS:         first.Config.RPS,
+		TPM:         float64(first.Config.TPM),
+		Cache:       rc,
+		Estimator:   estimator(first),
 	}
-	var ecfg engine.Config
-	cacheConfig(&ecfg, rc, guard)
-	cfg.Cache, cfg.Keys = ecfg.Cache, ecfg.Keys
-	if est, ok := guard.Client().(provider.UsageEstimator); ok {
-		cfg.Estimator = est
+	if rc != nil {
+		cfg.Keys = stage.Keyer(first.Guard.Client())
+	}
+	reach, reached := o.reach()
+	for i, s := range o.prov.opened[1:] {
+		if !reached {
+			break
+		}
+		later := engine.EstimateStage{Reach: reach[i+1], Estimator: estimator(s), Model: s.Config.Model, Concurrency: s.Config.Concurrency,
+			Latency: dryRunLatency, RPS: s.Config.RPS, TPM: float64(s.Config.TPM)}
+		if rc != nil {
+			later.Keys = stage.Keyer(s.Guard.Client())
+		}
+		cfg.Later = append(cfg.Later, later)
 	}
 	est, err := engine.EstimateRun(ctx, src, cfg)
 	closeCache(log, rc)
@@ -55,6 +78,12 @@ func runDryRun(ctx context.Context, o *classifyOptions, ios *IOStreams, log *slo
 		return err
 	}
 	fmt.Fprintln(ios.ErrOut, dryRunLine(est, o))
+	for i, st := range est.Stages {
+		fmt.Fprintln(ios.ErrOut, dryRunStageLine(i+2, st, o.prov.opened[i+1].Config))
+	}
+	if o.prov.file != nil && !reached {
+		fmt.Fprintf(ios.ErrOut, "dry_run stages: %s records no tuned escalation rates (hfsent tune writes them), so the rows the later stages would get cannot be estimated: the figures above are stage 1's alone\n", o.prov.cascadeFile)
+	}
 	if o.summaryJSON != "" {
 		if err := writeDryRunJSON(o.summaryJSON, est); err != nil {
 			log.Error("cannot write --summary-json", "path", o.summaryJSON, "err", err)
@@ -64,6 +93,38 @@ func runDryRun(ctx context.Context, o *classifyOptions, ios *IOStreams, log *slo
 		return usageErrorf("%v; the estimate covers the rows before it", est.InputErr)
 	}
 	return nil
+}
+
+// reach is the share of the rows each stage of a --cascade is expected
+// to be asked for, from the file's tuned escalation rates; reached is
+// false without --cascade or without those rates.
+func (o *classifyOptions) reach() (reach []float64, reached bool) {
+	if o.prov.file == nil {
+		return nil, false
+	}
+	return o.prov.file.Reach()
+}
+
+// estimator is a stage's usage estimator (nil: it reports none).
+func estimator(s *stage.Stage) provider.UsageEstimator {
+	if est, ok := s.Guard.Client().(provider.UsageEstimator); ok {
+		return est
+	}
+	return nil
+}
+
+// dryRunStageLine is a later stage's expected share of the work.
+func dryRunStageLine(n int, e engine.StageEstimate, c *stage.Config) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "dry_run stage=%d model=%s reach=%s would_send=%d cache_hits=%d", n, c.ModelName(), strconv.FormatFloat(e.Reach, 'f', 4, 64), e.Send, e.CacheHits)
+	if e.Usage.Known {
+		fmt.Fprintf(&b, " prompt_tokens=%d completion_tokens=%d", e.Usage.Prompt, e.Usage.Completion)
+	}
+	if e.Costed {
+		fmt.Fprintf(&b, " cost_usd=%s", results.FormatUSD(e.Cost))
+	}
+	fmt.Fprintf(&b, " seconds=%.0f", e.Seconds)
+	return b.String()
 }
 
 // dryRunLine is the dry run's account, in the summary line's words.
@@ -83,12 +144,13 @@ func dryRunLine(e engine.Estimate, o *classifyOptions) string {
 		fmt.Fprintf(&b, " cost_usd=%s", results.FormatUSD(e.Cost))
 	}
 	fmt.Fprintf(&b, " seconds=%.0f", e.Seconds)
-	pace := fmt.Sprintf("-c %d at %s a call", o.prov.concurrency, dryRunLatency)
-	if o.prov.rps > 0 {
-		pace += fmt.Sprintf(", --rps %g", o.prov.rps)
+	first := o.prov.first()
+	pace := fmt.Sprintf("-c %d at %s a call", first.Concurrency, dryRunLatency)
+	if first.RPS > 0 {
+		pace += fmt.Sprintf(", --rps %g", first.RPS)
 	}
-	if o.prov.lab.tpm > 0 {
-		pace += fmt.Sprintf(", --tpm %d", o.prov.lab.tpm)
+	if first.TPM > 0 {
+		pace += fmt.Sprintf(", --tpm %d", first.TPM)
 	}
 	if o.batch.api {
 		// Not paced: the provider answers within its 24h window.
@@ -114,18 +176,39 @@ type dryRunJSON struct {
 	Invalid   int64        `json:"invalid_input"`
 	Calls     int64        `json:"calls"`
 	Estimate  estimateJSON `json:"estimate"`
+	// Stages are a tuned cascade's later stages (stage 2 first).
+	Stages []dryRunStageJSON `json:"stages,omitempty"`
+}
+
+// dryRunStageJSON is a later stage's expected share of a dry run.
+type dryRunStageJSON struct {
+	Stage     int          `json:"stage"`
+	Reach     float64      `json:"reach"`
+	WouldSend int64        `json:"would_send"`
+	CacheHits int64        `json:"cache_hits"`
+	Estimate  estimateJSON `json:"estimate"`
+}
+
+// estimateOf is an estimate's tokens, cost and time as the JSON has them.
+func estimateOf(u provider.Usage, cost float64, costed bool, seconds float64) estimateJSON {
+	out := estimateJSON{Seconds: seconds}
+	if u.Known {
+		p, c := int64(u.Prompt), int64(u.Completion)
+		out.PromptTokens, out.CompletionTokens = &p, &c
+	}
+	if costed {
+		c := roundUSD(cost)
+		out.CostUSD = &c
+	}
+	return out
 }
 
 func writeDryRunJSON(path string, e engine.Estimate) error {
 	out := dryRunJSON{DryRun: true, Rows: e.Rows, WouldSend: e.Send, CacheHits: e.CacheHits, Reused: e.Reused, Invalid: e.Invalid,
-		Estimate: estimateJSON{Seconds: e.Seconds}}
-	if e.Usage.Known {
-		p, c := int64(e.Usage.Prompt), int64(e.Usage.Completion)
-		out.Estimate.PromptTokens, out.Estimate.CompletionTokens = &p, &c
-	}
-	if e.Costed {
-		c := roundUSD(e.Cost)
-		out.Estimate.CostUSD = &c
+		Estimate: estimateOf(e.Usage, e.Cost, e.Costed, e.Seconds)}
+	for i, st := range e.Stages {
+		out.Stages = append(out.Stages, dryRunStageJSON{Stage: i + 2, Reach: st.Reach, WouldSend: st.Send, CacheHits: st.CacheHits,
+			Estimate: estimateOf(st.Usage, st.Cost, st.Costed, st.Seconds)})
 	}
 	b, err := json.MarshalIndent(out, "", "  ")
 	if err != nil {

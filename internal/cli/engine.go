@@ -4,7 +4,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/hfsent/hfsent/internal/engine"
-	"github.com/hfsent/hfsent/internal/provider"
+	"github.com/hfsent/hfsent/internal/stage"
 )
 
 // refuse is a usage error when cond holds.
@@ -46,34 +46,37 @@ func addEngineFlags(fs *pflag.FlagSet, o *engineOptions, use engineUse) {
 	fs.BoolVar(&o.noDedupe, "no-dedupe", false, use.noDedupeHelp)
 }
 
-// validate checks the engine's flags against the provider's: -c bounds
-// the texts in flight with --batch-size, and a chat model is asked one
-// text a call.
+// validate checks the engine's flags against every stage's provider: -c
+// bounds the texts in flight with --batch-size, and a chat model is asked
+// one text a call.
 func (o *engineOptions) validate(prov *providerOptions) error {
-	kind, _ := provider.KindOf(prov.provider)
-	for _, err := range []error{
-		inRange("--batch-size", o.batchSize, 1, maxBatchSize, ""),
-		textsInFlight(prov.concurrency, o.batchSize),
-		refuse(kind.Chat && o.batchSize > 1, "--batch-size %d with --provider chat: a chat model is asked one text a call (packing several into one answer would let a label slip to a neighbour)", o.batchSize),
-		// --dedupe is on by default: it contradicts --no-dedupe only when given.
-		contradict("--dedupe", "--no-dedupe", o.flags.Changed("dedupe") && o.dedupe && o.noDedupe),
-	} {
-		if err != nil {
+	if err := inRange("--batch-size", o.batchSize, 1, maxBatchSize, ""); err != nil {
+		return err
+	}
+	err := prov.eachStage(func(c *stage.Config) error {
+		kind, _ := c.Kind()
+		if err := textsInFlight(c.Concurrency, o.batchSize); err != nil {
 			return err
 		}
+		return refuse(kind.Chat && o.batchSize > 1, "--batch-size %d with --provider chat: a chat model is asked one text a call (packing several into one answer would let a label slip to a neighbour)", o.batchSize)
+	})
+	if err != nil {
+		return err
 	}
-	return nil
+	// --dedupe is on by default: it contradicts --no-dedupe only when given.
+	return contradict("--dedupe", "--no-dedupe", o.flags.Changed("dedupe") && o.dedupe && o.noDedupe)
 }
 
 // config is the engine's configuration as the shared flags set it; each
 // command adds its own (rules, deadlines, hooks).
 func (o *engineOptions) config(prov *providerOptions, cmd string) engine.Config {
+	first := prov.first()
 	return engine.Config{
-		AdmissionWait: prov.admissionWait,
-		RowDeadline:   prov.rowDeadline,
+		AdmissionWait: first.AdmissionWait,
+		RowDeadline:   first.RowDeadline,
 		BatchSize:     o.batchSize,
 		Dedupe:        o.dedupe && !o.noDedupe,
-		Advice:        stopAdvice(cmd, prov.lab.tokenEnv, prov.provider == "chat"),
+		Advice:        stopAdvice(cmd, first.TokenEnv, first.Provider == "chat"),
 	}
 }
 

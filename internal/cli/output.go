@@ -6,7 +6,6 @@ import (
 	"github.com/hfsent/hfsent/internal/engine"
 	"github.com/hfsent/hfsent/internal/input"
 	"github.com/hfsent/hfsent/internal/paths"
-	"github.com/hfsent/hfsent/internal/provider"
 	"github.com/hfsent/hfsent/internal/results"
 	"github.com/hfsent/hfsent/internal/resume"
 )
@@ -30,7 +29,7 @@ func openOutput(o *classifyOptions, ios *IOStreams, log *slog.Logger, src *input
 		return nil, err
 	}
 	if o.output == "" || o.output == "-" {
-		w, err := results.NewWriter(ios.Out, o.includeText, results.Raw(o.rawCSV), results.WithExtra(o.qual.extra()))
+		w, err := results.NewWriter(ios.Out, o.includeText, results.Raw(o.rawCSV), results.WithExtra(o.qual.extra(&o.prov)))
 		if err != nil {
 			return nil, usageErrorf("cannot write stdout: %v", err)
 		}
@@ -44,7 +43,7 @@ func openOutput(o *classifyOptions, ios *IOStreams, log *slog.Logger, src *input
 		Identity:    identity(o, in, src),
 		Read:        o.in.readerOptions(o.input, o.maxChars),
 		IncludeText: o.includeText,
-		Extra:       o.qual.extra(),
+		Extra:       o.qual.extra(&o.prov),
 		RawCSV:      o.rawCSV,
 		Resume:      o.resume,
 		Logger:      log,
@@ -55,21 +54,19 @@ func openOutput(o *classifyOptions, ios *IOStreams, log *slog.Logger, src *input
 	return &output{src: out.Source(src), sink: out, w: out, close: out.Close}, nil
 }
 
-// identity describes this run's input, how it is read, and the model. Only
+// identity describes this run's input, how it is read, and the model (a
+// cascade's first stage's, and the cascade's settings). Only
 // a regular file can be fingerprinted (in the pass that checks it parses:
 // in.digest); stdin or a pipe gives an identity that no resume will accept.
 func identity(o *classifyOptions, in inputInfo, src *input.Reader) resume.Identity {
 	d, _ := src.Delimiter()
-	id := resume.Identity{Input: in.name, Provider: o.prov.provider, Model: o.prov.model,
+	first := o.prov.first()
+	return resume.Identity{Input: in.name, Provider: first.Provider, Model: first.ModelName(),
 		IDColumn: o.in.idColumn, TextColumn: o.in.textColumn,
 		Delimiter: input.DelimiterName(d), Encoding: src.EncodingName(),
 		InputSize: in.size, InputSHA256: in.digest,
 		Labels: o.run.Labels, LabelMap: o.run.LabelMap, RequestSHA256: o.run.Request,
-		Calibration: o.qual.calSHA, ReviewBelow: o.qual.reviewBelowText()}
-	if o.prov.provider == "local" {
-		id.Model = provider.LocalModel
-	}
-	return id
+		Calibration: o.prov.answers[0].SHA, ReviewBelow: o.qual.reviewBelowText(), Cascade: o.prov.cascadeSHA()}
 }
 
 // checkSideFiles refuses, before anything is written, a --summary-json or

@@ -2,43 +2,33 @@ package cli
 
 import (
 	"bufio"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"strconv"
 	"strings"
 
 	"github.com/spf13/pflag"
 
-	"github.com/hfsent/hfsent/internal/calibration"
 	"github.com/hfsent/hfsent/internal/engine"
-	"github.com/hfsent/hfsent/internal/provider"
 	"github.com/hfsent/hfsent/internal/quality"
 	"github.com/hfsent/hfsent/internal/results"
+	"github.com/hfsent/hfsent/internal/stage"
 )
 
-// qualityOptions are the flags that judge a run's answers and change
-// them: gold labels, the label map, the gates, a calibration and the
-// review flag (docs/guides/quality.md).
+// qualityOptions are the flags that judge a run's answers and mark them:
+// gold labels, the gates and the review flag (docs/guides/quality.md).
+// The label map and the calibration, which change a provider's answers,
+// are its settings (stage.Config: addAnswerFlags).
 type qualityOptions struct {
-	goldColumn       string
-	labelMap         string
-	minAccuracy      float64
-	minMacroF1       float64
-	targetAccuracy   float64
-	calibration      string
-	calibrationForce bool
-	reviewBelow      float64
-	reviewOut        string
+	goldColumn     string
+	minAccuracy    float64
+	minMacroF1     float64
+	targetAccuracy float64
+	reviewBelow    float64
+	reviewOut      string
 
-	// Read by validate.
-	parsedMap quality.LabelMap
-	cal       *calibration.File
-	calSHA    string
-	flags     *pflag.FlagSet
+	flags *pflag.FlagSet
 }
 
 // qualityUse is which of the flags a command takes: classify all of
@@ -52,16 +42,25 @@ var (
 	exportQuality   = qualityUse{gates: true}
 )
 
-func addQualityFlags(fs *pflag.FlagSet, o *qualityOptions, use qualityUse) {
+// addAnswerFlags adds the settings that change a provider's answers:
+// --label-map, --calibration, --calibration-force (classify, serve,
+// worker, a --cascade's stage).
+func addAnswerFlags(fs *pflag.FlagSet, c *stage.Config) {
+	fs.StringVar(&c.LabelMap, "label-map", "", "map the model's labels onto yours before anything is written or compared, e.g. LABEL_0=negative,LABEL_1=positive (FROM matched case-insensitively; the response cache keeps the model's own)")
+	fs.StringVar(&c.Calibration, "calibration", "", "a calibration file (hfsent calibrate): score becomes the calibrated probability that the label is right, and raw_score keeps the model's")
+	fs.BoolVar(&c.CalibrationForce, "calibration-force", false, "use --calibration even though it was fitted for another model, label set, label map or prompt (with a warning)")
+}
+
+// addQualityFlags adds the quality flags use names; answers, for a
+// command that changes answers, is its provider's settings.
+func addQualityFlags(fs *pflag.FlagSet, o *qualityOptions, use qualityUse, answers *stage.Config) {
 	o.flags = fs
 	if use.gold {
 		fs.StringVar(&o.goldColumn, "gold-column", "", "the input column of gold labels: compare each row's label with it (case-insensitive) and report accuracy, macro-F1, per-label precision, recall and F1, the confusion matrix, the ECE and the coverage table (docs/guides/quality.md)")
 		fs.StringVar(&o.reviewOut, "review-out", "", "write the rows marked for review (--review-below), with their text, to this CSV, with an empty gold column for a person to fill in (calibrate and --gold-column read it back)")
 	}
 	if use.answers {
-		fs.StringVar(&o.labelMap, "label-map", "", "map the model's labels onto yours before anything is written or compared, e.g. LABEL_0=negative,LABEL_1=positive (FROM matched case-insensitively; the response cache keeps the model's own)")
-		fs.StringVar(&o.calibration, "calibration", "", "a calibration file (hfsent calibrate): score becomes the calibrated probability that the label is right, and raw_score keeps the model's")
-		fs.BoolVar(&o.calibrationForce, "calibration-force", false, "use --calibration even though it was fitted for another model, label set, label map or prompt (with a warning)")
+		addAnswerFlags(fs, answers)
 		fs.Float64Var(&o.reviewBelow, "review-below", 0, "mark for review (the review column) every row whose score is under P, or that has none ("+rangeHelp(0.0, 1.0)+")")
 	}
 	if use.gates {
@@ -106,88 +105,35 @@ func (o *qualityOptions) validate(gold bool) error {
 	if o.reviewOut != "" && !o.review() {
 		return usageErrorf("--review-out needs --review-below P: the rows under P are the ones written")
 	}
-	if o.calibrationForce && o.calibration == "" {
-		return usageErrorf("--calibration-force needs --calibration FILE")
-	}
-	var err error
-	if o.parsedMap, err = quality.ParseLabelMap(o.labelMap); err != nil {
-		return usageErrorf("--label-map: %v", err)
-	}
 	return nil
 }
 
-// loadCalibration reads --calibration and checks it was fitted for this
-// run (run), refusing one fitted for another unless --calibration-force.
-func (o *qualityOptions) loadCalibration(log *slog.Logger, run calibration.For) error {
-	if o.calibration == "" {
-		return nil
-	}
-	b, err := os.ReadFile(o.calibration)
-	if err != nil {
-		return usageErrorf("--calibration %s: %v", o.calibration, unwrapPathError(err))
-	}
-	f, err := calibration.Read(strings.NewReader(string(b)))
-	if err != nil {
-		return usageErrorf("--calibration %s: %v", o.calibration, err)
-	}
-	sum := sha256.Sum256(b)
-	o.cal, o.calSHA = f, hex.EncodeToString(sum[:])
-	if why := f.For.Diff(run); why != "" {
-		if !o.calibrationForce {
-			return usageErrorf("--calibration %s was fitted for another run: %s; fit one on this run's results (hfsent calibrate), or give --calibration-force", o.calibration, why)
+// answers are what the run does to each stage's answers (prov's stages,
+// their label maps and calibrations read), with the review flag: nil for
+// a stage whose answers it leaves as they are.
+func (o *qualityOptions) answers(prov *providerOptions) []*quality.Answers {
+	cal := prov.calibrated()
+	out := make([]*quality.Answers, len(prov.answers))
+	for i, sa := range prov.answers {
+		a := &quality.Answers{Map: sa.Map, Review: o.review(), ReviewBelow: o.reviewBelow, Uncalibrated: cal && sa.Calibration == nil}
+		if sa.Calibration != nil {
+			a.Calibration = sa.Calibration
 		}
-		log.Warn("--calibration-force: using a calibration fitted for another run; its scores may not mean what they say", "file", o.calibration, "differs", why)
+		if a.Active() {
+			out[i] = a
+		}
 	}
-	return nil
+	return out
 }
 
-// prepare reads --calibration and checks it against the run prov
-// describes, before any call; it returns what a calibration fitted on
-// this run's answers would be for.
-func (o *qualityOptions) prepare(log *slog.Logger, prov *providerOptions) (calibration.For, error) {
-	run, err := prov.answersFor(o.parsedMap.String())
-	if err != nil {
-		return run, err
+// extra are the results' extra columns these flags and prov's stages
+// turn on: raw_score with a calibration, review, stage with --cascade.
+func (o *qualityOptions) extra(prov *providerOptions) results.Extra {
+	raw := false
+	for _, c := range prov.stages {
+		raw = raw || c.Calibration != ""
 	}
-	return run, o.loadCalibration(log, run)
-}
-
-// answersFor is what a calibration fitted on this run's answers is for:
-// the provider, the model, the labels, the label map and the hash of the
-// request (calibration.RequestHash), built from the flags without a token
-// or a call.
-func (p *providerOptions) answersFor(labelMap string) (calibration.For, error) {
-	kind, _ := provider.KindOf(p.provider)
-	f := calibration.For{Provider: kind.Name, Model: p.model, Labels: []string{}, LabelMap: labelMap}
-	if !kind.Remote {
-		f.Model = provider.LocalModel
-	} else if len(p.lab.list) > 0 {
-		f.Labels = p.lab.list
-	}
-	c, _, err := kind.New(provider.Spec{Model: p.model, Endpoint: p.endpoint, Labels: p.lab.list, Prompt: p.lab.prompt, Constrain: p.lab.constrain})
-	if err != nil {
-		return f, usageError(fmt.Errorf("--endpoint %w", err))
-	}
-	f.Request = calibration.RequestHash(kind.Name, c)
-	return f, nil
-}
-
-// answers is what the run does to every answer before it is written; nil
-// when it changes nothing.
-func (o *qualityOptions) answers() *quality.Answers {
-	a := &quality.Answers{Map: o.parsedMap, Review: o.review(), ReviewBelow: o.reviewBelow}
-	if o.cal != nil {
-		a.Calibration = o.cal
-	}
-	if !a.Active() {
-		return nil
-	}
-	return a
-}
-
-// extra are the results' extra columns these flags turn on.
-func (o *qualityOptions) extra() results.Extra {
-	return results.Extra{RawScore: o.calibration != "", Review: o.review()}
+	return results.Extra{RawScore: raw, Review: o.review(), Stage: prov.file != nil}
 }
 
 // reviewBelowText is --review-below as a sidecar keeps it ("" when off).
@@ -207,17 +153,25 @@ type qualityRun struct {
 	buf    *bufio.Writer
 	report *quality.Report
 	err    error // the evaluation stopped (too many labels)
+	// stages evaluate each stage of a cascade on the rows it answered
+	// (nil without one); stageReports are their reports.
+	stages       []*quality.Eval
+	stageReports []quality.Report
 }
 
 // start opens what the run counts into: the evaluation (with gold
-// labels) and --review-out. nil when the run counts nothing.
-func (o *qualityOptions) start(gold bool, rawCSV bool) (*qualityRun, error) {
+// labels; and of each of a cascade's stages, stages of them) and
+// --review-out. nil when the run counts nothing.
+func (o *qualityOptions) start(gold bool, rawCSV bool, stages int) (*qualityRun, error) {
 	if !gold && !o.review() {
 		return nil, nil
 	}
 	q := &qualityRun{o: o}
 	if gold {
 		q.tally.Eval = &quality.Eval{}
+		for range stages {
+			q.stages = append(q.stages, &quality.Eval{})
+		}
 	}
 	if o.reviewOut != "" {
 		f, err := os.Create(o.reviewOut)
@@ -248,6 +202,11 @@ type qualitySink struct {
 
 func (s qualitySink) Write(rows []results.Row) error {
 	err := s.Sink.Write(rows)
+	for _, r := range rows {
+		if r.Stage > 0 && r.Stage <= len(s.q.stages) {
+			s.q.stages[r.Stage-1].Add(quality.ObsOf(r))
+		}
+	}
 	if terr := s.q.tally.Add(rows); terr != nil && s.q.err == nil {
 		s.q.err = fmt.Errorf("--review-out %s: %v", s.q.o.reviewOut, terr)
 	}
@@ -275,6 +234,22 @@ func (q *qualityRun) finish() {
 		r := e.Report(q.o.targetAccuracy)
 		q.report = &r
 	}
+	for _, e := range q.stages {
+		q.stageReports = append(q.stageReports, e.Report(0))
+	}
+}
+
+// stageAccuracy is each stage's accuracy on the rows it answered (nil
+// without gold labels or a cascade; a stage with none scored: nil).
+func (q *qualityRun) stageAccuracy() []*float64 {
+	if q == nil || q.stageReports == nil {
+		return nil
+	}
+	out := make([]*float64, len(q.stageReports))
+	for i, r := range q.stageReports {
+		out[i] = r.Accuracy
+	}
+	return out
 }
 
 // quality is the report of the evaluation, nil without gold labels.

@@ -23,6 +23,7 @@ import (
 	"github.com/hfsent/hfsent/internal/provider"
 	"github.com/hfsent/hfsent/internal/queue"
 	"github.com/hfsent/hfsent/internal/results"
+	"github.com/hfsent/hfsent/internal/stage"
 )
 
 // dbEnv is the environment variable --db defaults to, so that a password
@@ -252,8 +253,8 @@ func (o *pushOptions) validate() error {
 	}
 	if o.flags.Changed("labels") {
 		var err error
-		if o.labelList, err = parseLabels(o.labels); err != nil {
-			return err
+		if o.labelList, err = stage.ParseLabels(o.labels); err != nil {
+			return usageError(err)
 		}
 	}
 	if o.provider == "chat" && (len(o.labelList) == 0 || !o.flags.Changed("model")) {
@@ -572,7 +573,7 @@ exits 3.`,
 	fs.StringVarP(&o.output, "output", "o", "", "results CSV (default: stdout)")
 	fs.BoolVar(&o.includeText, "include-text", false, "copy the input text into the results")
 	fs.BoolVar(&o.rawCSV, "raw-csv", false, "write text, label and error as they are, without the spreadsheet-formula guard")
-	addQualityFlags(fs, &o.qual, exportQuality)
+	addQualityFlags(fs, &o.qual, exportQuality, nil)
 	return cmd
 }
 
@@ -603,7 +604,7 @@ func runExport(ctx context.Context, o *exportOptions, ios *IOStreams) error {
 	if !gold && (o.qual.minAccuracy > 0 || o.qual.minMacroF1 > 0 || o.qual.targetAccuracy > 0) {
 		return usageErrorf("batch %q has no gold labels (queue push --gold-column COL stores them): --min-accuracy, --min-macro-f1 and --target-accuracy need them", o.db.batch)
 	}
-	q, err := o.qual.start(gold, false)
+	q, err := o.qual.start(gold, false, 0)
 	if err != nil {
 		return err
 	}

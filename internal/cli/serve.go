@@ -22,6 +22,7 @@ import (
 	"github.com/hfsent/hfsent/internal/engine"
 	"github.com/hfsent/hfsent/internal/resilience"
 	"github.com/hfsent/hfsent/internal/serve"
+	"github.com/hfsent/hfsent/internal/stage"
 )
 
 type serveOptions struct {
@@ -43,6 +44,7 @@ type serveOptions struct {
 	shed           bool
 	noShed         bool
 	qual           qualityOptions
+	configFile     string
 	flags          *pflag.FlagSet // which flags were given
 }
 
@@ -54,7 +56,7 @@ var serveProvider = providerUse{
 	admissionWaitHelp: "how long a request may wait for a free provider slot; past it the answer is 503 local_capacity, at once, and nothing is sent (0: wait up to --request-timeout; at most --request-timeout)",
 	retries:           serve.DefaultRetries,
 	retriesHelp:       "retries after a failure that may recover (connection errors, timeouts, 429, 500/502/503/504), within --request-timeout (" + rangeHelp(0, maxRetries) + "; few in a server: callers wait, and retries multiply the load on a failing provider)",
-	fallbackHelp:      "model id, or local, that answers requests while the breaker is open (default: none, requests are answered 503 circuit_open at once)",
+	fallbackHelp:      "model id, or local, that answers requests while the breaker is open, and requests whose calls failed after their retries (default: none, requests are answered 503 circuit_open at once)",
 	noRowDeadline:     true,
 }
 
@@ -97,7 +99,10 @@ A request that gets no provider slot within --admission-wait is answered 503
 local_capacity at once, and never sent; every 503 carries Retry-After.
 --request-timeout bounds a request from arrival to answer: admission, every
 attempt, backoff and cooldown. A request never waits for an open breaker:
-without --fallback-model it is answered 503 circuit_open.
+without --fallback-model (or a later --cascade stage) it is answered 503
+circuit_open. With --cascade FILE, a request goes through the file's
+stages as a classify row does (docs/guides/cascade.md); --config FILE
+sets any flag by its long name.
 
 -c and --rps are per process: four processes with -c 3 may send 12 calls at
 once. Split a provider budget by giving each process its share.
@@ -119,22 +124,19 @@ request: never the text, never the token.`,
   hfsent serve --endpoint http://127.0.0.1:8080/ -c 4 --batch-size 16`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			log, err := g.logger(ios)
-			if err != nil {
-				return err
-			}
-			return runServe(cmd.Context(), o, ios, log)
+			return withConfig(cmd, ios, g, o.configFile, func(log *slog.Logger) error { return runServe(cmd.Context(), o, ios, log) })
 		},
 	}
 	fs := cmd.Flags()
 	o.flags = fs
+	addConfigFlag(fs, &o.configFile)
 	fs.StringVar(&o.addr, "addr", "127.0.0.1:8000", "HOST:PORT to listen on (0.0.0.0:8000: every interface; port 0: any free port, logged)")
 	addProviderFlags(fs, &o.prov, serveProvider)
 	addDBFlags(fs, &o.db, false)
 	addEngineFlags(fs, &o.eng, serveEngine)
 	addCacheFlags(fs, &o.cost)
-	addPriceFlags(fs, &o.cost, false)
-	addQualityFlags(fs, &o.qual, serviceQuality)
+	addPriceFlags(fs, &o.prov.Config)
+	addQualityFlags(fs, &o.qual, serviceQuality, &o.prov.Config)
 	fs.DurationVar(&o.requestTimeout, "request-timeout", serve.DefaultRequestTimeout, "bounds one request from its arrival to its answer: admission, every attempt, backoff and cooldown ("+rangeHelp(minTimeout, maxTimeout)+")")
 	fs.DurationVar(&o.grace, "grace", serve.DefaultGrace, "on SIGTERM or SIGINT, how long requests in flight may finish before they are cancelled ("+rangeHelp(minTimeout, maxGrace)+")")
 	fs.IntVar(&o.maxChars, "max-chars", 5000, "longer texts are 422 invalid_input ("+rangeHelp(1, maxCharsLimit)+")")
@@ -154,7 +156,15 @@ func (o *serveOptions) validate() error {
 	if o.flags.Changed("row-deadline") {
 		return usageErrorf("--row-deadline is classify's; serve bounds each request with --request-timeout")
 	}
-	if err := o.prov.validate(); err != nil {
+	if err := o.prov.setup(); err != nil {
+		return err
+	}
+	if err := o.prov.checkDB(&o.db); err != nil {
+		return err
+	}
+	if err := o.prov.eachStage(func(c *stage.Config) error {
+		return refuse(c.Given != nil && c.Given("row-deadline") && o.prov.file != nil, "row-deadline is classify's; serve bounds each request with --request-timeout")
+	}); err != nil {
 		return err
 	}
 	if err := o.cost.validate(&o.prov); err != nil {
@@ -180,9 +190,9 @@ func (o *serveOptions) validate() error {
 		}
 		o.bodyBudget.n = need
 	}
-	if o.prov.admissionWait > o.requestTimeout {
+	if wait := o.prov.first().AdmissionWait; wait > o.requestTimeout {
 		return usageErrorf("--admission-wait %s is longer than --request-timeout %s: a request's wait for a slot is part of its deadline",
-			shortDuration(o.prov.admissionWait), shortDuration(o.requestTimeout))
+			shortDuration(wait), shortDuration(o.requestTimeout))
 	}
 	for _, err := range []error{
 		o.eng.validate(&o.prov),
@@ -227,31 +237,30 @@ func runServe(ctx context.Context, o *serveOptions, ios *IOStreams, log *slog.Lo
 		return err
 	}
 	idRE, _ := o.idRegexp()
-	if _, err := o.qual.prepare(log, &o.prov); err != nil {
+	if err := o.prov.prepare(log); err != nil {
 		return err
 	}
 	counters := &resilience.Counters{}
 	metrics := serve.NewMetrics(counters)
-	ledger, err := o.cost.ledger(&o.prov)
-	if err != nil {
+	if err := o.cost.ledger(&o.prov); err != nil {
 		return err
 	}
-	o.prov.ledger = ledger
-	leaveBudget, err := o.prov.joinBudget(ctx, ios, log, &o.db, nil, budget.KindServe)
+	leave, err := o.prov.openStages(ctx, ios, log, &budgets{dbo: &o.db, kind: budget.KindServe}, counters)
 	if err != nil {
 		return err
 	}
 	// Run once the server has drained: no call is in flight any more.
-	defer leaveBudget(true)
-	guard, rc, closeDB, err := o.cost.openGuarded(ctx, ios, log, &o.prov, counters, o.db.url)
+	defer leave(true)
+	guard := o.prov.guard()
+	rc, closeDB, err := o.cost.openCache(ctx, ios, log, &o.prov, nil, o.db.url)
 	if err != nil {
 		return err
 	}
 	defer closeDB()
 	// Closed once the server has drained: its last answers are kept.
 	defer closeCache(log, rc)
-	if o.prov.member != nil {
-		metrics.WatchBudget(fleetShare(o.prov.member))
+	if m := o.prov.member(); m != nil {
+		metrics.WatchBudget(fleetShare(m))
 	}
 	ln, err := net.Listen("tcp", o.addr)
 	if err != nil {
@@ -262,8 +271,7 @@ func runServe(ctx context.Context, o *serveOptions, ios *IOStreams, log *slog.Lo
 	pc.BatchWait = o.batchWait
 	// A standing queue only makes every answer late.
 	pc.ShedStandingQueue = o.shed && !o.noShed
-	pc.Answers = o.qual.answers()
-	cacheConfig(&pc, rc, guard)
+	pc.Cache, pc.Stages = rc, o.prov.opened.Engine(rc, o.qual.answers(&o.prov))
 	srv := serve.New(guard, metrics, serve.Config{
 		Pipeline:       pc,
 		RequestTimeout: o.requestTimeout,
@@ -273,6 +281,7 @@ func runServe(ctx context.Context, o *serveOptions, ios *IOStreams, log *slog.Lo
 		MaxConns:       o.maxConns,
 		MaxItems:       o.maxItems,
 		Version:        version,
+		Stage:          o.prov.file != nil,
 		Logger:         log,
 	})
 	// The bodies and the connections are bounded: so is the heap, and the
@@ -285,8 +294,9 @@ func runServe(ctx context.Context, o *serveOptions, ios *IOStreams, log *slog.Lo
 	ctx, stopSignals := serveSignals(ctx, ios, log, o.grace)
 	defer stopSignals()
 	// Logged once the signals are caught: from here a SIGTERM drains.
-	log.Info("listening", "addr", ln.Addr().String(), "provider", o.prov.provider, "model", guard.Model(),
-		"concurrency", o.prov.concurrency, "admission_wait", o.prov.admissionWait, "retries", o.prov.retries,
+	first := o.prov.first()
+	log.Info("listening", "addr", ln.Addr().String(), "provider", first.Provider, "model", guard.Model(), "stages", len(o.prov.stages),
+		"concurrency", first.Concurrency, "admission_wait", first.AdmissionWait, "retries", first.Retries,
 		"request_timeout", o.requestTimeout, "batch_size", o.eng.batchSize, "body_budget", o.bodyBudget.String(),
 		"max_conns", o.maxConns, "memory_limit", serve.ShowBytes(memLimit))
 	if err := srv.Run(ctx, ln); err != nil {

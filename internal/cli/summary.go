@@ -97,9 +97,72 @@ type summaryJSON struct {
 	Review  *int64          `json:"review,omitempty"`
 	// QualityShort says which quality gate fell short (exit 3).
 	QualityShort string `json:"quality_short,omitempty"`
+	// Stages is what each stage of a --cascade did.
+	Stages []stageJSON `json:"stages,omitempty"`
 }
 
-func writeSummaryJSON(path string, s engine.Summary, v verdict, q *qualityRun) error {
+// stageJSON is one stage of a cascade in --summary-json: the rows that
+// reached it, those it answered and those it sent on, its calls, cache
+// hits and cost, and (with --gold-column) its accuracy on the rows it
+// answered.
+type stageJSON struct {
+	Stage     int      `json:"stage"`
+	Model     string   `json:"model"`
+	Reached   int64    `json:"reached"`
+	Rows      int64    `json:"rows"`
+	Escalated int64    `json:"escalated"`
+	Calls     int64    `json:"calls"`
+	CacheHits int64    `json:"cache_hits"`
+	CostUSD   *float64 `json:"cost_usd"`
+	Accuracy  *float64 `json:"accuracy,omitempty"`
+}
+
+// stageKeys are a cascade's keys on the summary line, stage by stage:
+// stageN_rows (answered), stageN_escalated, stageN_calls, then, when
+// there are, stageN_cache_hits, stageN_cost_usd and (with gold labels)
+// stageN_accuracy; "" for a run that is not a --cascade.
+func stageKeys(s engine.Summary, cascade bool, acc []*float64) string {
+	if !cascade {
+		return ""
+	}
+	var b strings.Builder
+	for i, st := range s.Stages {
+		n := i + 1
+		fmt.Fprintf(&b, " stage%d_rows=%d stage%d_escalated=%d stage%d_calls=%d", n, st.Answered, n, st.Escalated, n, st.Provider.Calls)
+		if st.CacheHits > 0 {
+			fmt.Fprintf(&b, " stage%d_cache_hits=%d", n, st.CacheHits)
+		}
+		if st.Costed {
+			fmt.Fprintf(&b, " stage%d_cost_usd=%s", n, results.FormatUSD(st.CostUSD))
+		}
+		if i < len(acc) {
+			fmt.Fprintf(&b, " stage%d_accuracy=%s", n, fixed(acc[i]))
+		}
+	}
+	return b.String()
+}
+
+// stagesJSON is a cascade's stages for --summary-json (nil without one).
+func stagesJSON(s engine.Summary, cascade bool, acc []*float64) []stageJSON {
+	if !cascade {
+		return nil
+	}
+	out := make([]stageJSON, len(s.Stages))
+	for i, st := range s.Stages {
+		out[i] = stageJSON{Stage: i + 1, Model: st.Model, Reached: st.Reached, Rows: st.Answered, Escalated: st.Escalated,
+			Calls: st.Provider.Calls, CacheHits: st.CacheHits}
+		if st.Costed {
+			c := roundUSD(st.CostUSD)
+			out[i].CostUSD = &c
+		}
+		if i < len(acc) {
+			out[i].Accuracy = acc[i]
+		}
+	}
+	return out
+}
+
+func writeSummaryJSON(path string, s engine.Summary, v verdict, q *qualityRun, cascade bool) error {
 	code := v.Code
 	out := summaryJSON{
 		Resilience:       newResilienceJSON(s.Provider),
@@ -132,6 +195,7 @@ func writeSummaryJSON(path string, s engine.Summary, v verdict, q *qualityRun) e
 	}
 	out.ciSummary = newCISummary(s, v)
 	out.QualityShort = v.QualityShort
+	out.Stages = stagesJSON(s, cascade, q.stageAccuracy())
 	if q != nil {
 		out.Quality = q.report
 		if q.o.review() {

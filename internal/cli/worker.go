@@ -31,6 +31,7 @@ type workerOptions struct {
 	poll         time.Duration
 	prog         progressOptions
 	qual         qualityOptions
+	configFile   string
 	flags        *pflag.FlagSet
 }
 
@@ -41,7 +42,8 @@ func newWorkerCmd(ios *IOStreams, g *globalOptions) *cobra.Command {
 		Short: "Claim a batch's rows from PostgreSQL and classify them: one of many processes sharing it",
 		Long: `worker claims rows of a batch pushed with hfsent queue push, sends them
 through the same guarded pipeline classify uses (retries, cooldown, breaker,
-fallback, --batch-size, dedupe) and writes their results back. Run as many as
+fallback, a --cascade's stages, --batch-size, dedupe) and writes their
+results back. Run as many as
 you like, on as many machines: rows running never exceed the batch's
 --global-cap, nor its --client-cap for any client, whatever each worker's -c
 (which bounds only that worker).
@@ -73,30 +75,28 @@ model), before any call; 130 interrupted.`,
   HFSENT_DB=postgres://hfsent@db/hfsent hfsent worker --batch nightly --endpoint https://my-endpoint/ --fallback-model local`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			log, err := g.logger(ios)
-			if err != nil {
-				return err
-			}
-			return runWorker(cmd.Context(), o, ios, log)
+			return withConfig(cmd, ios, g, o.configFile, func(log *slog.Logger) error { return runWorker(cmd.Context(), o, ios, log) })
 		},
 	}
 	fs := cmd.Flags()
 	o.flags = fs
+	addConfigFlag(fs, &o.configFile)
 	addDBFlags(fs, &o.db, true)
 	addProviderFlags(fs, &o.prov, batchProvider)
 	addEngineFlags(fs, &o.eng, batchEngine)
 	addCacheFlags(fs, &o.cost)
-	addPriceFlags(fs, &o.cost, true)
+	addPriceFlags(fs, &o.prov.Config)
+	addSpendFlag(fs, &o.cost)
 	fs.DurationVar(&o.lease, "lease", 0, "lease of a claimed row, renewed every third of it (default: the batch's, set by queue push --lease; else "+rangeHelp(minLease, maxLease)+")")
 	fs.BoolVar(&o.exitWhenDone, "exit-when-done", false, "exit once the batch has nothing pending or running (default: wait for new rows)")
 	fs.DurationVar(&o.poll, "poll", 250*time.Millisecond, "wait after a claim that found nothing, unless a notification comes first ("+rangeHelp(10*time.Millisecond, maxPollInterval)+")")
 	addProgressFlags(fs, &o.prog, "line")
-	addQualityFlags(fs, &o.qual, serviceQuality)
+	addQualityFlags(fs, &o.qual, serviceQuality, &o.prov.Config)
 	return cmd
 }
 
 func (o *workerOptions) validate() error {
-	if err := o.prov.validate(); err != nil {
+	if err := o.prov.setup(); err != nil {
 		return err
 	}
 	for _, err := range []error{
@@ -111,7 +111,7 @@ func (o *workerOptions) validate() error {
 			return err
 		}
 	}
-	if o.prov.admissionWait > 0 {
+	if o.prov.first().AdmissionWait > 0 {
 		return usageErrorf("--admission-wait is for bursts (classify, serve); a worker claims only what it can send, so leave it 0")
 	}
 	return nil
@@ -131,12 +131,14 @@ func runWorker(ctx context.Context, o *workerOptions, ios *IOStreams, log *slog.
 		return queueError(err)
 	}
 	// The batch names its model: a worker with another one would write
-	// answers of a different model into the same results.
-	model := o.prov.model
-	if k, _ := provider.KindOf(o.prov.provider); k.Model != "" {
+	// answers of a different model into the same results (a cascade's
+	// first stage: the batch's model).
+	first := o.prov.first()
+	model := first.Model
+	if k, _ := first.Kind(); k.Model != "" {
 		model = k.Model
-	} else if !o.flags.Changed("model") {
-		model, o.prov.model = b.Model, b.Model
+	} else if first.Given == nil || !first.Given("model") {
+		model, first.Model = b.Model, b.Model
 	}
 	if model != b.Model {
 		return usageErrorf("batch %q is for model %s, this worker's is %s: start it with --model %s (or --provider local for a batch pushed with --model %s)",
@@ -144,49 +146,46 @@ func runWorker(ctx context.Context, o *workerOptions, ios *IOStreams, log *slog.
 	}
 	// And its kind of model and labels: a chat model's answers, or other
 	// labels', would be other answers in the same results.
-	if kind := batchKind(o.prov.provider); kind != b.Provider {
+	if kind := batchKind(first.Provider); kind != b.Provider {
 		return usageErrorf("batch %q is for --provider %s, this worker's is %s: start it with --provider %s",
-			b.Name, shownProvider(b.Provider), o.prov.provider, shownProvider(b.Provider))
+			b.Name, shownProvider(b.Provider), first.Provider, shownProvider(b.Provider))
 	}
-	if !slices.Equal(o.prov.lab.list, b.Labels) {
+	if !slices.Equal(first.LabelList(), b.Labels) {
 		want := "no --labels"
 		if len(b.Labels) > 0 {
 			want = "--labels " + queue.Printable(strings.Join(b.Labels, ","))
 		}
 		return usageErrorf("batch %q is for %s, this worker has %s: start it with %s",
-			b.Name, want, labelsShown(o.prov.lab.list), want)
+			b.Name, want, labelsShown(first.LabelList()), want)
 	}
 
 	// Checked once the batch gave the worker its model.
-	if _, err := o.qual.prepare(log, &o.prov); err != nil {
+	if err := o.prov.prepare(log); err != nil {
 		return err
 	}
 	host, _ := os.Hostname()
 	owner := fmt.Sprintf("%s:%d:%s", host, os.Getpid(), randomID())
 	s := db.NewSession(b, owner, o.lease)
 	w := queue.NewWorker(s, queue.WorkerConfig{
-		Capacity:     o.prov.concurrency * o.eng.batchSize,
+		Capacity:     first.Concurrency * o.eng.batchSize,
 		ExitWhenDone: o.exitWhenDone,
-		Fallback:     o.prov.fallbackModel != "",
+		Fallback:     o.prov.cascading(),
 		Poll:         o.poll,
 		Host:         host,
 		PID:          os.Getpid(),
 		Logger:       log,
-		Extra:        o.qual.extra(),
+		Extra:        o.qual.extra(&o.prov),
 	})
-	if o.prov.ledger, err = o.cost.ledger(&o.prov); err != nil {
+	if err := o.cost.ledger(&o.prov); err != nil {
 		return err
 	}
-	leaveBudget, err := o.prov.joinBudget(ctx, ios, log, nil, db, budget.KindWorker)
+	leave, err := o.prov.openStages(ctx, ios, log, &budgets{db: db, kind: budget.KindWorker}, nil, w.Tune)
 	if err != nil {
 		return err
 	}
 	// Run after the loop: calls in flight have ended and been written.
-	defer leaveBudget(true)
-	guard, err := o.prov.open(ios, log, nil, w.Tune)
-	if err != nil {
-		return err
-	}
+	defer leave(true)
+	guard := o.prov.guard()
 	rc, _, err := o.cost.openCache(ctx, ios, log, &o.prov, db, "")
 	if err != nil {
 		return err
@@ -194,14 +193,13 @@ func runWorker(ctx context.Context, o *workerOptions, ios *IOStreams, log *slog.
 
 	ctx, stopSignals := interruptContext(ctx, ios, log, nil)
 	defer stopSignals()
-	log.Info("worker started", "batch", b.Name, "owner", owner, "lease", s.Lease(), "global_cap", b.GlobalCap, "client_cap", b.ClientCap, "c", o.prov.concurrency)
+	log.Info("worker started", "batch", b.Name, "owner", owner, "lease", s.Lease(), "global_cap", b.GlobalCap, "client_cap", b.ClientCap, "c", first.Concurrency, "stages", len(o.prov.stages))
 
 	cfg := o.eng.config(&o.prov, "worker")
 	cfg.Rules = engine.Rules{MaxChars: b.MaxChars}
 	cfg.StopOnFatal, cfg.ProviderText = true, true
 	cfg.Logger = log
-	cfg.Answers = o.qual.answers()
-	cacheConfig(&cfg, rc, guard)
+	cfg.Cache, cfg.Stages = rc, o.prov.opened.Engine(rc, o.qual.answers(&o.prov))
 	p := engine.NewPipeline(context.Background(), guard, cfg)
 	bar := newCountBar(ios, o.prog.show(ios), -1, "worker")
 	stopBar := make(chan struct{})
@@ -237,7 +235,7 @@ func runWorker(ctx context.Context, o *workerOptions, ios *IOStreams, log *slog.
 	if ctx.Err() != nil {
 		sum.Stop = engine.StopInterrupted
 	}
-	fmt.Fprintln(ios.ErrOut, workerSummaryLine(sum, st, o.qual.review()))
+	fmt.Fprintln(ios.ErrOut, workerSummaryLine(sum, st, o.qual.review())+stageKeys(sum, o.prov.file != nil, nil))
 	switch {
 	case runErr != nil:
 		return &exitError{code: ExitRowsFailed, err: runErr}

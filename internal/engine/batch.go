@@ -44,7 +44,7 @@ func (p *Pipeline) claim(j *Job) (item, bool) {
 	}
 	if p.cache == nil {
 		if hit {
-			p.finishCached(j)
+			p.answerHit(item{job: j})
 			return item{}, false
 		}
 		return item{job: j}, true
@@ -59,8 +59,7 @@ func (p *Pipeline) claim(j *Job) (item, bool) {
 		go p.follow(j, k, f)
 		return item{}, false
 	case hit:
-		it := item{job: j, key: k, flight: f}
-		p.release(it, p.finishCached(j))
+		p.answerHit(item{job: j, key: k, flight: f})
 		return item{}, false
 	}
 	return item{job: j, key: k, flight: f}, true
@@ -115,7 +114,7 @@ func (p *Pipeline) release(it item, res results.Row) {
 func (p *Pipeline) finishReused(j *Job, a answer) {
 	p.reused.Add(1)
 	p.finish(j, results.Row{Outcome: outcome.Success, Label: p.names.name(a.label), Score: a.score,
-		Model: p.names.name(a.model), StartedMs: -1})
+		Model: p.names.name(a.model), StartedMs: -1, Stage: int(a.stage)})
 }
 
 // gather fills a batch with the jobs that follow, while the slot is held:
@@ -165,12 +164,13 @@ func (p *Pipeline) gather(batch []item) []item {
 	return batch
 }
 
-// rowContext is the context a batch's call runs in: the caller's, when one
-// job brought its own (a request whose client may leave), bounded by the
-// grace period after a stop, and by the earliest deadline in the batch. It
+// rowContext is the context a batch's call to stage k runs in: the
+// caller's, when one job brought its own (a request whose client may
+// leave), bounded by the grace period after a stop, and by the earliest
+// deadline in the batch (else the stage's row deadline, from now). It
 // carries cancellation and the deadline only: what the guard is asked of
 // the row travels in its resilience.Row.
-func (p *Pipeline) rowContext(batch []item) (context.Context, context.CancelFunc) {
+func (p *Pipeline) rowContext(batch []item, k int) (context.Context, context.CancelFunc) {
 	base, stopBase := p.callCtx, func() bool { return false }
 	if len(batch) == 1 && batch[0].job.Ctx != nil {
 		var cancel context.CancelFunc
@@ -185,20 +185,34 @@ func (p *Pipeline) rowContext(batch []item) (context.Context, context.CancelFunc
 		}
 	}
 	if deadline.IsZero() {
-		deadline = time.Now().Add(p.cfg.RowDeadline)
+		d := p.stages[k].RowDeadline
+		if d <= 0 {
+			d = p.cfg.RowDeadline
+		}
+		deadline = time.Now().Add(d)
 	}
 	ctx, cancel := context.WithDeadline(base, deadline)
 	return ctx, func() { cancel(); stopBase() }
 }
 
-// call asks the classifier for a batch of jobs (often one) and maps the
-// answer to one result per job.
-func (p *Pipeline) call(batch []item, permit *resilience.Permit) []results.Row {
+// call asks stage k's classifier for a batch of jobs (often one) and maps
+// the answer to one result per job, as the stage ended it; each answer is
+// kept in the response cache under the stage's key.
+func (p *Pipeline) call(k int, batch []item, permit *resilience.Permit) []results.Row {
 	out := make([]results.Row, len(batch))
-	ctx, cancel := p.rowContext(batch)
+	ctx, cancel := p.rowContext(batch, k)
 	defer cancel()
 	var started time.Time
-	p.send(ctx, permit, batch, out, &started)
+	s := p.stages[k]
+	p.send(ctx, s.Guard, permit, batch, out, &started)
+	for i := range out {
+		out[i].Stage = k + 1
+		if s.Free && p.priced() {
+			out[i].Costed = true // the embedded model: free
+		}
+		p.store(k, batch[i].job, out[i])
+	}
+	s.charge(out)
 	return out
 }
 
@@ -213,18 +227,19 @@ func (p *Pipeline) call(batch []item, permit *resilience.Permit) []results.Row {
 // started is set to when the first call was sent: the wait before it (rate
 // limit, adaptive limit, cooldown, an open breaker) counts as waiting, not as
 // time at the provider.
-func (p *Pipeline) send(ctx context.Context, permit *resilience.Permit, batch []item, out []results.Row, started *time.Time) {
+func (p *Pipeline) send(ctx context.Context, g *resilience.Guard, permit *resilience.Permit, batch []item, out []results.Row, started *time.Time) {
 	texts := make([]string, len(batch))
 	for i, it := range batch {
 		texts[i] = it.job.Row.Text
 	}
 	row := &resilience.Row{Permit: permit, Stop: p.admitCtx.Done(), FailFast: p.cfg.FailFast, Held: leasesHeld(batch)}
-	ans, err := p.guard.Classify(ctx, row, texts)
+	ans, err := g.Classify(ctx, row, texts)
 	answered := time.Now()
 	if at, ok := row.FirstAttempt(); ok && started.IsZero() {
 		*started = at
 	}
-	n := row.Attempts() + row.FallbackAttempts()
+	n := row.Attempts()
+	p.countLater(g, n)
 	for i := range out {
 		out[i].Attempts += n
 	}
@@ -236,12 +251,12 @@ func (p *Pipeline) send(ctx context.Context, permit *resilience.Permit, batch []
 		// the batch's as a text's: held until the verdict, the batch is
 		// split only if the endpoint serves (or no verdict can come), not
 		// into calls an endpoint that refuses every call refuses too.
-		if err = p.awaitVerdict(ctx, err); splittable(err) && ctx.Err() == nil {
+		if err = p.awaitVerdict(ctx, g, err); splittable(err) && ctx.Err() == nil {
 			// The permit went with the first attempt (row.Permit is nil):
 			// the halves take their own.
 			h := len(batch) / 2
-			p.send(ctx, row.Permit, batch[:h], out[:h], started)
-			p.send(ctx, row.Permit, batch[h:], out[h:], started)
+			p.send(ctx, g, row.Permit, batch[:h], out[:h], started)
+			p.send(ctx, g, row.Permit, batch[h:], out[h:], started)
 			return
 		}
 	}
@@ -253,7 +268,7 @@ func (p *Pipeline) send(ctx context.Context, permit *resilience.Permit, batch []
 	}
 	if err != nil && len(batch) == 1 {
 		// Its text's fault, or the endpoint's?
-		err = p.awaitVerdict(ctx, err)
+		err = p.awaitVerdict(ctx, g, err)
 	}
 	var code outcome.Code
 	var msg string
@@ -269,7 +284,7 @@ func (p *Pipeline) send(ctx context.Context, permit *resilience.Permit, batch []
 	}
 	for i := range out {
 		res := &out[i]
-		res.StartedMs, res.LatencyMs, res.Model = startedMs, latency, p.guard.Model()
+		res.StartedMs, res.LatencyMs, res.Model = startedMs, latency, g.Model()
 		if u := row.Usage(); len(out) == 1 && u.Known {
 			// Every call of the row, a retried one's too, was paid for.
 			res.PromptTokens, res.CompletionTokens, res.Tokens = u.Prompt, u.Completion, true
@@ -290,14 +305,20 @@ func (p *Pipeline) send(ctx context.Context, permit *resilience.Permit, batch []
 		if ans.Model != "" {
 			res.Model = ans.Model
 		}
-		if l := p.guard.Ledger(); l != nil && len(out) > 1 {
+		if l := g.Ledger(); l != nil && len(out) > 1 {
 			// Several texts in one call: each its own share, as reported.
 			res.CostUSD, res.Costed = l.Cost(res.Model, pr.Usage, false)
 		}
 		res.Outcome = outcome.Success
-		if ans.Fallback {
-			res.Outcome = outcome.Fallback
-		}
+	}
+}
+
+// countLater counts n calls to g when g is a later stage's: stage 1's
+// counters call them fallback calls (the summary's fallback_calls, serve's
+// metrics).
+func (p *Pipeline) countLater(g *resilience.Guard, n int) {
+	if g != p.guard {
+		p.guard.Counters().FallbackCalls.Add(int64(n))
 	}
 }
 

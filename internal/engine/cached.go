@@ -74,7 +74,7 @@ func (p *Pipeline) popAhead() *Job {
 // fill looks up j and the jobs queued behind it (up to lookupBatch, kept
 // ahead), and returns j.
 func (p *Pipeline) fill(j *Job) *Job {
-	if p.cfg.Cache == nil || p.cfg.Keys == nil {
+	if p.cfg.Cache == nil || p.stages[0].Keys == nil {
 		return j
 	}
 	batch := append(make([]*Job, 0, lookupBatch), j)
@@ -118,8 +118,8 @@ func (p *Pipeline) lookup(jobs []*Job) {
 
 // keyJob makes j's key, if there is a cache.
 func (p *Pipeline) keyJob(j *Job) {
-	if p.cfg.Cache != nil && p.cfg.Keys != nil {
-		j.cache.key, j.cache.keyed = p.cfg.Keys.Key(j.Row.Text)
+	if k := p.stages[0].Keys; p.cfg.Cache != nil && k != nil {
+		j.cache.key, j.cache.keyed = k.Key(j.Row.Text)
 	}
 }
 
@@ -131,45 +131,24 @@ func (p *Pipeline) answersHits() bool {
 	return r == StopNone || r == StopMaxSpend || r.ProviderStop()
 }
 
-// finishCached answers j from the cache: no call, no slot, attempts 0. It
-// returns the row it finished j with.
-func (p *Pipeline) finishCached(j *Job) results.Row {
-	e := j.cache.hit
-	p.cacheHits.Add(1)
-	res := results.Row{Outcome: outcome.Success, Label: e.Label, Score: e.Score, Model: e.Model, StartedMs: -1, Cached: true}
-	if l := p.guard.Ledger(); l != nil {
-		if usd, ok := l.Cost(e.Model, e.Usage, false); ok {
-			p.cfg.Cache.Saved(usd)
-		}
-	}
-	p.finish(j, res)
-	return res
-}
-
-// store keeps a row's final, usable answer: a success under its request's
-// key, a fallback's under the fallback's own; nothing else is stored. The
-// key is made again now: the request a client sends may have changed
-// since the lookup (a server that refused logprobs is asked without them
-// for the rest of the run), and the answer is the one to what was sent.
-func (p *Pipeline) store(j *Job, res results.Row) {
-	if p.cfg.Cache == nil || res.Label == "" || res.Cached {
+// store keeps stage k's usable answer to a job (a success: a label it
+// gave live, whether or not the row went on) under the stage's request's
+// key; nothing else is stored. The key is made again now: the request a
+// client sends may have changed since the lookup (a server that refused
+// logprobs is asked without them for the rest of the run), and the answer
+// is the one to what was sent.
+func (p *Pipeline) store(k int, j *Job, res results.Row) {
+	if p.cfg.Cache == nil || res.Label == "" || res.Cached || res.Outcome != outcome.Success {
 		return
 	}
-	keys := p.cfg.Keys
-	switch res.Outcome {
-	case outcome.Success:
-	case outcome.Fallback:
-		keys = p.cfg.FallbackKeys
-	default:
-		return
-	}
+	keys := p.stages[k].Keys
 	if keys == nil {
 		return
 	}
-	k, ok := keys.Key(j.Row.Text)
+	key, ok := keys.Key(j.Row.Text)
 	if !ok {
 		return
 	}
-	p.cfg.Cache.Put(k, cache.Entry{Label: res.Label, Score: res.Score, Model: res.Model,
-		Fallback: res.Outcome == outcome.Fallback, Usage: j.cache.usage})
+	p.cfg.Cache.Put(key, cache.Entry{Label: res.Label, Score: res.Score, Model: res.Model,
+		Fallback: k > 0, Usage: j.cache.usage})
 }

@@ -251,7 +251,8 @@ func TestMaxSpendStopsAndTheRestGoesOn(t *testing.T) {
 }
 
 // TestFallbackAnswersAreStoredUnderTheFallbacksKey: while the primary is
-// down, the fallback's answers are stored under the request the fallback
+// down, the fallback's answers (a two-stage cascade's second stage, as
+// --fallback-model builds it) are stored under the request the fallback
 // was sent (not the primary's): a later run that asks the fallback's model
 // there as its primary finds them, and a run of the primary does not.
 func TestFallbackAnswersAreStoredUnderTheFallbacksKey(t *testing.T) {
@@ -279,11 +280,12 @@ func TestFallbackAnswersAreStoredUnderTheFallbacksKey(t *testing.T) {
 	in := texts(20, "review %d: a lovely repair")
 	primary, fb := newChat("m", down.URL), newChat("fb", fbSrv.URL)
 	g := resilience.Build(primary, resilience.Config{Concurrency: 1, Retries: 0, BreakerMinCalls: 1, BreakerThreshold: 0.01,
-		BreakerCooldown: time.Hour, Fallback: fb})
+		BreakerCooldown: time.Hour, Escalates: true})
 	c := open()
 	pk, _ := cache.NewKeyer("chat", primary)
 	fk, _ := cache.NewKeyer("chat", fb)
-	sum, err := Run(context.Background(), &listSource{texts: in}, &keepSink{}, g, Config{Cache: c, Keys: &pk, FallbackKeys: &fk})
+	stages := []Stage{{Keys: &pk}, {Guard: resilience.Build(fb, resilience.Config{Concurrency: 1}), Keys: &fk}}
+	sum, err := Run(context.Background(), &listSource{texts: in}, &keepSink{}, g, Config{Cache: c, Stages: stages})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -97,17 +97,22 @@ type Config struct {
 	// happened, and adds it (Summary.StopDetail, and the log).
 	Advice func(StopReason) string
 	// Cache, when set, answers a row whose request it holds without a
-	// call (cached.go), and keeps every success under its request's key
-	// (Keys) and every fallback answer under the fallback's (FallbackKeys;
-	// nil: not kept). Keys nil: no cache.
-	Cache        *cache.Cache
-	Keys         *cache.Keyer
-	FallbackKeys *cache.Keyer
+	// call (cached.go), and keeps every answer a stage gave under that
+	// stage's request's key (Keys; a cascade's Stage.Keys). Keys nil: no
+	// cache.
+	Cache *cache.Cache
+	Keys  *cache.Keyer
 	// Answers, when set, is applied to every row the pipeline finishes,
 	// after the cache and dedupe have kept the answer as the model gave
 	// it: the label map, the calibration, the review flag. A row kept by
-	// --resume was written with them already.
+	// --resume was written with them already. (A cascade's: each
+	// Stage.Answers.)
 	Answers *quality.Answers
+	// Stages, when set, is the cascade a row goes through (cascade.go):
+	// stage 1 is the guard the pipeline is built with, and Keys and
+	// Answers are each stage's own. Empty: one stage, the guard, with
+	// Keys and Answers above.
+	Stages []Stage
 	// KeepText puts the input text in every result row (Row.Text), written
 	// only with IncludeText: for a --review-out file.
 	KeepText bool
@@ -194,6 +199,10 @@ type Summary struct {
 	Reused   int64 // rows answered by an earlier identical text (--dedupe), not sent
 	// CacheHits are rows answered from the response cache, not sent.
 	CacheHits int64
+	// Stages is what each stage of a cascade did (nil for one stage).
+	// Provider is stage 1's, with every stage's tokens, and the later
+	// stages' calls as its FallbackCalls.
+	Stages []StageSummary
 	// Cache is what the run did with the response cache (zero without
 	// one); Spend what the ledger counted (zero without one).
 	Cache     cache.RunStats
@@ -320,7 +329,7 @@ read:
 	ps := r.p.Summary()
 
 	sum.Provider, sum.Reused, sum.MaxActive, sum.Elapsed = ps.Provider, ps.Reused, ps.MaxActive, ps.Elapsed
-	sum.CacheHits, sum.Cache, sum.Spend = ps.CacheHits, ps.Cache, ps.Spend
+	sum.CacheHits, sum.Cache, sum.Spend, sum.Stages = ps.CacheHits, ps.Cache, ps.Spend, ps.Stages
 	sum.Stop, sum.StopDetail = ps.Stop, ps.StopDetail
 	sum.Written = r.written.Load()
 	sum.Lost = r.lost.Load()

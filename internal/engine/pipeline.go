@@ -26,11 +26,14 @@ import (
 // maps every failure through the outcome table.
 type Pipeline struct {
 	cfg   Config
-	guard *resilience.Guard     // the one way to the provider
-	slots *resilience.Slots     // the guard's: admission takes a row's first slot from it
-	cache *dedupe.Cache[answer] // nil without Config.Dedupe
-	names names
-	start time.Time
+	guard *resilience.Guard // the one way to the provider: stage 1's
+	// stages is the cascade: stage 1 (guard) and each later stage a row
+	// may go on to (cascade.go); one stage without a cascade.
+	stages []*stageRun
+	slots  *resilience.Slots     // the guard's: admission takes a row's first slot from it
+	cache  *dedupe.Cache[answer] // nil without Config.Dedupe
+	names  names
+	start  time.Time
 
 	admitq chan *Job
 	// ahead are jobs taken from admitq and looked up in the response
@@ -144,6 +147,7 @@ func (g *Group) Refused() (results.Row, bool) {
 // a name.
 type answer struct {
 	label, model uint16
+	stage        uint16 // the cascade's stage that answered, from 1
 	score        float64
 }
 
@@ -188,7 +192,7 @@ func (p *Pipeline) remember(res results.Row) (answer, bool) {
 	}
 	l, ok1 := p.names.id(res.Label)
 	m, ok2 := p.names.id(res.Model)
-	return answer{label: l, model: m, score: res.Score}, ok1 && ok2
+	return answer{label: l, model: m, stage: uint16(max(0, min(res.Stage, 1<<16-1))), score: res.Score}, ok1 && ok2
 }
 
 // NewPipeline starts a pipeline in front of g, the guarded provider: its
@@ -196,7 +200,7 @@ func (p *Pipeline) remember(res results.Row) (answer, bool) {
 // does); calls in flight then get the grace period.
 func NewPipeline(ctx context.Context, g *resilience.Guard, cfg Config) *Pipeline {
 	cfg.defaults(g.Slots().Max())
-	p := &Pipeline{cfg: cfg, guard: g, slots: g.Slots(), start: time.Now(), admitter: make(chan struct{}), idle: make(chan func()), quiet: make(chan struct{})}
+	p := &Pipeline{cfg: cfg, guard: g, stages: stagesOf(g, cfg), slots: g.Slots(), start: time.Now(), admitter: make(chan struct{}), idle: make(chan func()), quiet: make(chan struct{})}
 	if cfg.Dedupe {
 		p.cache = dedupe.New[answer](cfg.DedupeSize)
 	}
@@ -218,18 +222,21 @@ func NewPipeline(ctx context.Context, g *resilience.Guard, cfg Config) *Pipeline
 		p.admit()
 	}()
 	if cfg.StopOnFatal {
-		// Admission stops the moment the endpoint is found to refuse
-		// every call, before the rows that learn it come back, and when
-		// the provider is found down: the rows waiting for it stop
-		// waiting.
-		g.Verdict().OnRefused(p.fatal)
-		g.OnDown(func(cause string) {
-			p.fatal(&provider.Error{Outcome: outcome.UpstreamFailed, Down: true, Msg: cause})
-		})
-		// And when an answer stops the run, before its slot is free.
-		g.OnStop(p.fatal)
+		for _, s := range p.stages {
+			// Admission stops the moment an endpoint is found to refuse
+			// every call, before the rows that learn it come back, and
+			// when a provider is found down (never one a later stage
+			// takes over from: resilience.Config.Escalates): the rows
+			// waiting for it stop waiting.
+			s.Guard.Verdict().OnRefused(p.fatal)
+			s.Guard.OnDown(func(cause string) {
+				p.fatal(&provider.Error{Outcome: outcome.UpstreamFailed, Down: true, Msg: cause})
+			})
+			// And when an answer stops the run, before its slot is free.
+			s.Guard.OnStop(p.fatal)
+		}
 	}
-	if l := g.Ledger(); l != nil {
+	if l := p.ledger(); l != nil {
 		// --max-spend: the ledger refused a call; nothing more is sent.
 		l.OnLimit(func() { p.Stop(StopMaxSpend) })
 	}
@@ -306,7 +313,7 @@ func (p *Pipeline) Close() {
 // Remember adds an answer found elsewhere (a row kept by --resume) to the
 // dedupe cache.
 func (p *Pipeline) Remember(text string, res results.Row) {
-	if p.cache == nil || p.cfg.Answers.Active() {
+	if p.cache == nil || p.anyAnswers() {
 		// A kept row was written mapped and calibrated: it is not the
 		// answer as the model gave it, which dedupe must hand on.
 		return
@@ -342,8 +349,8 @@ func (p *Pipeline) checkQuiet() {
 // by --resume), the run stops, its deadline passes, or no more evidence can
 // come (quiet). A server does not hold its callers: it records the answer
 // as the verdict stands.
-func (p *Pipeline) awaitVerdict(ctx context.Context, err error) error {
-	v := p.guard.Verdict()
+func (p *Pipeline) awaitVerdict(ctx context.Context, g *resilience.Guard, err error) error {
+	v := g.Verdict()
 	if !p.cfg.StopOnFatal || !v.Pending(err) {
 		return v.Judge(err)
 	}
@@ -423,12 +430,18 @@ func (p *Pipeline) Summary() Summary {
 	if p.cfg.Cache != nil {
 		cs = p.cfg.Cache.Stats()
 	}
+	provider := p.guard.Stats(elapsed)
+	stages := p.stageSummaries(elapsed)
+	if len(stages) > 1 {
+		addLaterStages(&provider, stages[1:])
+	}
 	return Summary{
-		Provider:   p.guard.Stats(elapsed),
+		Provider:   provider,
+		Stages:     stages,
 		Reused:     p.reused.Load(),
 		CacheHits:  p.cacheHits.Load(),
 		Cache:      cs,
-		Spend:      p.guard.Ledger().Totals(),
+		Spend:      p.ledger().Totals(),
 		MaxActive:  p.maxActive.Load(),
 		Elapsed:    elapsed,
 		Stop:       p.StopReason(),
@@ -664,29 +677,36 @@ func (p *Pipeline) dispatch(batch []item, permit *resilience.Permit) {
 	p.run(func() { p.work(batch, permit) })
 }
 
-// work makes one batch's call and finishes its jobs.
+// work makes one batch's call (stage 1's, then a cascade's later stages'
+// for the rows that go on) and finishes its jobs.
 func (p *Pipeline) work(batch []item, permit *resilience.Permit) {
 	var res []results.Row
 	defer func() {
 		// A panic in a classifier must not take the rows waiting to be
 		// written with it: the batch ends upstream_failed, the run goes on.
 		if v := recover(); v != nil {
-			p.cfg.Logger.Error("internal error while classifying a row; it is recorded upstream_failed",
-				"panic", fmt.Sprint(v), "stack", string(debug.Stack()))
 			res = make([]results.Row, len(batch))
 			for i := range res {
-				res[i] = results.Row{Outcome: outcome.UpstreamFailed, StartedMs: -1, Error: "internal error (see the log)"}
+				res[i] = p.panicked(v)
 			}
 		}
 		permit.Cancel()
 		p.callEnded()
 		for i, it := range batch {
 			p.release(it, res[i])
-			p.store(it.job, res[i])
 			p.finish(it.job, res[i])
 		}
 	}()
-	res = p.call(batch, permit)
+	p.stages[0].reached.Add(int64(len(batch)))
+	res = p.call(0, batch, permit)
+	p.onward(batch, res)
+}
+
+// panicked logs a classifier's panic (v) and is the row it ends.
+func (p *Pipeline) panicked(v any) results.Row {
+	p.cfg.Logger.Error("internal error while classifying a row; it is recorded upstream_failed",
+		"panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+	return results.Row{Outcome: outcome.UpstreamFailed, StartedMs: -1, Error: "internal error (see the log)"}
 }
 
 // run runs f on an idle worker goroutine, or a new one. A worker that has
@@ -720,7 +740,7 @@ func (p *Pipeline) worker(f func()) {
 // priced reports whether a cost is known for the calls: the ledger has
 // prices.
 func (p *Pipeline) priced() bool {
-	l := p.guard.Ledger()
+	l := p.ledger()
 	return l != nil && l.Prices().Known()
 }
 
@@ -747,8 +767,17 @@ func (p *Pipeline) finish(j *Job, res results.Row) {
 		res.Text = j.Row.Text
 	}
 	res.Gold = j.Row.Gold
-	if p.cfg.Answers.Active() {
-		p.cfg.Answers.Apply(&res)
+	if res.Cached {
+		p.cacheHits.Add(1)
+	}
+	if res.Stage > 0 && res.Outcome.OK() {
+		p.stages[res.Stage-1].answered.Add(1)
+	}
+	if res.Outcome == outcome.Fallback {
+		p.guard.Counters().FallbackRows.Add(1)
+	}
+	if a := p.answers(res); a.Active() {
+		a.Apply(&res)
 	}
 	j.Done(res)
 	p.jobs.Done()

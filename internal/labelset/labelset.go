@@ -30,6 +30,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/hfsent/hfsent/internal/provider"
+	"github.com/hfsent/hfsent/internal/yamldoc"
 )
 
 // Bounds of a label set, so that memory and the prompt stay bounded
@@ -83,19 +84,7 @@ type Example struct {
 
 // Error is a problem with a file: it names the file and, when it is about
 // a place in it, the line, and the key (or column) at fault.
-type Error struct {
-	File string
-	Line int
-	Key  string // "" when the problem is not one key's
-	Msg  string
-}
-
-func (e *Error) Error() string {
-	if e.Line > 0 {
-		return fmt.Sprintf("%s:%d: %s", e.File, e.Line, e.Msg)
-	}
-	return fmt.Sprintf("%s: %s", e.File, e.Msg)
-}
+type Error = yamldoc.Error
 
 // Load reads a label file: CSV when its name ends in .csv, YAML otherwise.
 // A file over MaxFileBytes is refused before it is parsed.

@@ -89,6 +89,13 @@ func (c Code) StopsRun() bool {
 	return p != nil && p.StopsRun
 }
 
+// Escalates reports whether a row that ends a cascade's stage with this
+// outcome goes on to the next stage (Info.Escalates).
+func (c Code) Escalates() bool {
+	p := c.info()
+	return p != nil && p.Escalates
+}
+
 // Retry says whether a failed call with this outcome is sent again.
 func (c Code) Retry() Retry {
 	if p := c.info(); p != nil {

@@ -12,6 +12,12 @@ type Info struct {
 	StopsRun bool
 	// Retry: whether the provider's call is sent again after this answer.
 	Retry Retry
+	// Escalates: a row that ends a stage of a cascade (--cascade, or
+	// --fallback-model) with this outcome goes on to the next stage: the
+	// provider failed it (after its retries), and another may answer. The
+	// text's own fault (invalid_input, upstream_request_rejected: a poison
+	// row), a row never sent, and what stops the run do not.
+	Escalates bool
 	// Colour is its colour in `hfsent report`.
 	Colour string
 	// Advice is what to do about it, in a line (check says it after the
@@ -56,11 +62,11 @@ var table = [...]Info{
 		Advice: "fix the row: its error says what is wrong; it was never sent"},
 	{Code: LocalCapacity, Status: 503, Colour: "#7b4fbf",
 		Advice: "demand was above the calls in flight allowed (--concurrency): add capacity, or send later"},
-	{Code: UpstreamTimeout, Status: 504, Retry: RetryAlways, Colour: "#f28e1c",
+	{Code: UpstreamTimeout, Status: 504, Retry: RetryAlways, Escalates: true, Colour: "#f28e1c",
 		Advice: "raise --timeout if the model is large or loading"},
-	{Code: UpstreamRateLimited, Status: 503, Retry: RetryAlways, Colour: "#e3b505",
+	{Code: UpstreamRateLimited, Status: 503, Retry: RetryAlways, Escalates: true, Colour: "#e3b505",
 		Advice: "the quota is spent for now; a batch would be throttled (see --rps)"},
-	{Code: UpstreamFailed, Status: 502, Retry: RetryTransient, Colour: "#d62728",
+	{Code: UpstreamFailed, Status: 502, Retry: RetryTransient, Escalates: true, Colour: "#d62728",
 		Advice: "the endpoint is down or unreachable"},
 	{Code: UpstreamRequestRejected, Status: 502, Final: true, Colour: "#8c564b",
 		Advice: "check --model (is it a text-classification model served by this endpoint?)"},
@@ -72,13 +78,13 @@ var table = [...]Info{
 		Advice: "check --model and --endpoint"},
 	{Code: UpstreamEndpoint, Status: 502, StopsRun: true, Colour: "#b03060",
 		Advice: "the endpoint refuses the call; check --endpoint (a batch would stop at once)"},
-	{Code: UpstreamPayload, Status: 502, Colour: "#e377c2",
+	{Code: UpstreamPayload, Status: 502, Escalates: true, Colour: "#e377c2",
 		Advice: "the endpoint answered, but not with a text classification"},
-	{Code: UpstreamUnlabelled, Status: 502, Retry: RetryOnce, Colour: "#bcbd22",
+	{Code: UpstreamUnlabelled, Status: 502, Retry: RetryOnce, Escalates: true, Colour: "#bcbd22",
 		Advice: "the chat model answered with no label of --labels, or several: say it better with --prompt-file, keep --constrain on (the server then has to choose one), or pick another --model"},
-	{Code: UpstreamTruncated, Status: 502, Colour: "#9467bd",
+	{Code: UpstreamTruncated, Status: 502, Escalates: true, Colour: "#9467bd",
 		Advice: "the server cut the prompt to fit its context and answered what was left: raise the model's context (Ollama: num_ctx, or OLLAMA_CONTEXT_LENGTH), or lower --max-chars"},
-	{Code: CircuitOpen, Status: 503, Colour: "#1f5fbf",
+	{Code: CircuitOpen, Status: 503, Escalates: true, Colour: "#1f5fbf",
 		Advice: "the provider is failing: wait for the breaker to close, or answer meanwhile with --fallback-model"},
 	{Code: NotAttempted, Status: 503, Colour: "#c7c7c7",
 		Advice: "never sent: send it again (classify --resume redoes it)"},

@@ -66,12 +66,9 @@ func SatAdd(a, b int) int {
 type Answer struct {
 	// Predictions holds exactly one entry per input text, in order.
 	Predictions []Prediction
-	// Model names the model that answered (it differs from the configured
-	// one when a fallback answered).
+	// Model names the model that answered, when the server said (it may
+	// differ from the configured one).
 	Model string
-	// Fallback is set when the fallback model answered because the primary
-	// could not be asked.
-	Fallback bool
 	// Limits is what the server's rate-limit headers said with the answer
 	// (x-ratelimit-remaining-tokens and the like); zero when it sent none.
 	Limits Limits

@@ -3,7 +3,6 @@ package quality
 import (
 	"math"
 
-	"github.com/hfsent/hfsent/internal/outcome"
 	"github.com/hfsent/hfsent/internal/results"
 )
 
@@ -19,11 +18,17 @@ type Calibrator interface {
 // gave it; only what is written changes. The zero value changes nothing.
 type Answers struct {
 	Map LabelMap
-	// Calibration, when set, makes a success's score the calibrated
-	// probability and keeps the model's in RawScore. A fallback's score
-	// is the fallback model's, which the calibration was not fitted for:
-	// it is left blank (RawScore keeps it), so such a row goes to review.
+	// Calibration, when set, makes an answer's score (success or
+	// fallback) the calibrated probability and keeps the model's in
+	// RawScore. Each stage of a cascade has its own Answers, with its own
+	// calibration: a row is applied the Answers of the stage that
+	// answered it.
 	Calibration Calibrator
+	// Uncalibrated: the run writes calibrated scores, but this stage has
+	// no calibration (a --fallback-model behind a calibrated primary): its
+	// score would not mean what the others' do, so it is left blank
+	// (RawScore keeps it), and such a row goes to review.
+	Uncalibrated bool
 	// Review sets Row.Review on every row whose score (calibrated, when
 	// there is a calibration) is under ReviewBelow, or that has none.
 	Review      bool
@@ -32,7 +37,7 @@ type Answers struct {
 
 // Active reports whether a changes anything.
 func (a *Answers) Active() bool {
-	return a != nil && (!a.Map.Empty() || a.Calibration != nil || a.Review)
+	return a != nil && (!a.Map.Empty() || a.Calibration != nil || a.Uncalibrated || a.Review)
 }
 
 // Apply changes r as the run writes it.
@@ -40,12 +45,12 @@ func (a *Answers) Apply(r *results.Row) {
 	if r.Label != "" {
 		r.Label = a.Map.Apply(r.Label)
 	}
-	if a.Calibration != nil {
+	if a.Calibration != nil || a.Uncalibrated {
 		r.RawScore = r.Score
 		switch {
 		case r.Label == "" || math.IsNaN(r.Score):
 			r.RawScore = math.NaN()
-		case r.Outcome == outcome.Success:
+		case a.Calibration != nil && r.Outcome.OK():
 			r.Score = a.Calibration.Calibrate(r.Label, r.Score)
 		default:
 			r.Score = math.NaN()

@@ -249,9 +249,10 @@ type halve struct{}
 
 func (halve) Calibrate(_ string, raw float64) float64 { return raw / 2 }
 
-// Calibration: a success's score is calibrated and its raw kept; a
-// fallback's is blanked (the calibration is not the fallback model's); a
-// row without a score keeps none. Review: under P, or no score.
+// Calibration: an answer's score is calibrated and its raw kept (a
+// fallback's too: the Answers are the answering stage's); a stage without
+// a calibration in a calibrated run (Uncalibrated) has its score blanked;
+// a row without a score keeps none. Review: under P, or no score.
 func TestAnswersApply(t *testing.T) {
 	a := &Answers{Calibration: halve{}, Review: true, ReviewBelow: 0.4}
 	cases := []struct {
@@ -261,7 +262,7 @@ func TestAnswersApply(t *testing.T) {
 	}{
 		{results.Row{Outcome: outcome.Success, Label: "a", Score: 0.9}, 0.45, 0.9, false},
 		{results.Row{Outcome: outcome.Success, Label: "a", Score: 0.7}, 0.35, 0.7, true},
-		{results.Row{Outcome: outcome.Fallback, Label: "a", Score: 0.9}, math.NaN(), 0.9, true},
+		{results.Row{Outcome: outcome.Fallback, Label: "a", Score: 0.9}, 0.45, 0.9, false},
 		{results.Row{Outcome: outcome.Success, Label: "a", Score: math.NaN()}, math.NaN(), math.NaN(), true},
 		{results.Row{Outcome: outcome.UpstreamFailed}, 0, math.NaN(), true},
 	}
@@ -271,6 +272,11 @@ func TestAnswersApply(t *testing.T) {
 		if !same(r.Score, c.score) || !same(r.RawScore, c.raw) || r.Review != c.review {
 			t.Errorf("case %d: score %v raw %v review %v, want %v %v %v", i, r.Score, r.RawScore, r.Review, c.score, c.raw, c.review)
 		}
+	}
+	u := &Answers{Uncalibrated: true, Review: true, ReviewBelow: 0.4}
+	r := results.Row{Outcome: outcome.Fallback, Label: "a", Score: 0.9}
+	if u.Apply(&r); !math.IsNaN(r.Score) || r.RawScore != 0.9 || !r.Review {
+		t.Errorf("uncalibrated stage: score %v raw %v review %v, want blank, 0.9, true", r.Score, r.RawScore, r.Review)
 	}
 	// The threshold is compared with the score as written (4 places).
 	if NeedsReview(results.Row{Label: "a", Score: 0.39996}, 0.4) {

@@ -61,6 +61,9 @@ type Completion struct {
 	// (nil: no --review-below).
 	RawScore *float64
 	Review   *bool
+	// Stage is the --cascade stage that answered (nil: no cascade, or
+	// none asked).
+	Stage *int16
 
 	// Promote is a reservation of this worker's that it started in this
 	// row's place when this row's call ended: the round trip makes it

@@ -148,9 +148,9 @@ func (s *Session) completionArgs(done []Completion) pgx.StrictNamedArgs {
 	lat, wait, total := make([]int64, n), make([]int64, n), make([]int64, n)
 	pt, ct := make([]*int32, n), make([]*int32, n)
 	cost, cached := make([]*float64, n), make([]bool, n)
-	raw, review := make([]*float64, n), make([]*bool, n)
+	raw, review, stage := make([]*float64, n), make([]*bool, n), make([]*int16, n)
 	for i, c := range done {
-		raw[i], review[i] = c.RawScore, c.Review
+		raw[i], review[i], stage[i] = c.RawScore, c.Review, c.Stage
 		pt[i], ct[i] = c.PromptTokens, c.CompletionTokens
 		cost[i], cached[i] = c.CostUSD, c.Cached
 		seq[i], attempt[i], action[i], oc[i], label[i] = c.Seq, int32(c.Attempt), string(c.Action), c.Outcome, c.Label
@@ -160,7 +160,7 @@ func (s *Session) completionArgs(done []Completion) pgx.StrictNamedArgs {
 	return pgx.StrictNamedArgs{"batch": s.batch.ID, "owner": s.owner,
 		"seq": seq, "attempt": attempt, "action": action, "outcome": oc, "label": label, "score": score, "model": model,
 		"attempts": attempts, "latency_ms": lat, "error": errs, "wait_ms": wait, "total_ms": total, "delay_ms": delay,
-		"prompt_tokens": pt, "completion_tokens": ct, "cost_usd": cost, "cached": cached, "raw_score": raw, "review": review}
+		"prompt_tokens": pt, "completion_tokens": ct, "cost_usd": cost, "cached": cached, "raw_score": raw, "review": review, "stage": stage}
 }
 
 // ceilMs is d in whole milliseconds, rounded up (0 stays 0).

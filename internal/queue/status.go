@@ -164,9 +164,13 @@ func (db *DB) Export(ctx context.Context, b *Batch, w RowWriter, includeText boo
 			var cost, raw *float64
 			var review *bool
 			var gold *string
+			var stage *int16
 			if err := rows.Scan(&r.RequestID, &state, &oc, &r.Label, &r.Score, &r.Model, &r.Attempts, &r.LatencyMs,
-				&r.Error, &r.QueuedMs, &r.StartedMs, &r.FinishedMs, &r.Text, &pt, &ct, &cost, &r.Cached, &raw, &review, &gold); err != nil {
+				&r.Error, &r.QueuedMs, &r.StartedMs, &r.FinishedMs, &r.Text, &pt, &ct, &cost, &r.Cached, &raw, &review, &gold, &stage); err != nil {
 				return err
+			}
+			if stage != nil {
+				r.Stage = int(*stage)
 			}
 			r.RawScore, r.Review, r.Gold = math.NaN(), review != nil && *review, ""
 			if raw != nil {
@@ -231,10 +235,10 @@ type RowWriter interface {
 }
 
 // ExportColumns says what a batch's export holds beyond classify's
-// columns: raw_score and review (when a worker wrote them), and gold
-// labels (when a push named a gold column).
+// columns: raw_score, review and stage (when a worker wrote them), and
+// gold labels (when a push named a gold column).
 func (db *DB) ExportColumns(ctx context.Context, b *Batch) (extra results.Extra, gold bool, err error) {
-	err = db.Pool.QueryRow(ctx, sqlExportColumns.sql, sqlExportColumns.with(pgx.StrictNamedArgs{"batch": b.ID})).Scan(&extra.RawScore, &extra.Review, &gold)
+	err = db.Pool.QueryRow(ctx, sqlExportColumns.sql, sqlExportColumns.with(pgx.StrictNamedArgs{"batch": b.ID})).Scan(&extra.RawScore, &extra.Review, &gold, &extra.Stage)
 	if err != nil {
 		return extra, false, fmt.Errorf("reading batch %q: %s", b.Name, summarise(err))
 	}

@@ -258,6 +258,10 @@ func (w *Worker) completion(f finished) Completion {
 		review := r.Review
 		c.Review = &review
 	}
+	if w.cfg.Extra.Stage && r.Stage > 0 {
+		stage := int16(min(r.Stage, 1<<15-1))
+		c.Stage = &stage
+	}
 	if r.StartedMs >= 0 {
 		c.WaitMs = max(0, r.StartedMs-r.QueuedMs)
 		c.TotalMs = max(c.TotalMs, c.WaitMs)

@@ -154,54 +154,43 @@ func TestProbesAreSentByRowsThatHaveNotFailed(t *testing.T) {
 	}
 }
 
-// One view of an outage: a row whose last call failed as the breaker opened
-// takes the fallback, like a row that met the open breaker.
-func TestFinalFailureInAnOutageTakesTheFallback(t *testing.T) {
+// One view of an outage, with a later stage (Escalates): a row whose last
+// call failed as the breaker opened, and a row that met it open, both end
+// at once, for the engine to send on; none waits for the breaker's
+// cooldown (a minute here).
+func TestFinalFailureInAnOutageEscalatesAtOnce(t *testing.T) {
 	prim := &textStub{model: "primary", reply: func(string) error { return status(500) }}
 	cls := Build(prim, Config{Retries: 0, BreakerThreshold: 0.5, BreakerMinCalls: 4,
-		BreakerWindow: time.Minute, BreakerCooldown: time.Minute, Concurrency: 8,
-		Fallback: &stub{model: "backup"}})
+		BreakerWindow: time.Minute, BreakerCooldown: time.Minute, Concurrency: 8, Escalates: true})
 	var wg sync.WaitGroup
-	var fellBack, failed atomic.Int64
+	var open, failed atomic.Int64
+	start := time.Now()
 	for range 8 {
 		wg.Go(func() {
-			ans, _, err := classifyText(cls, "x", 5*time.Second)
-			switch {
-			case err == nil && ans.Fallback:
-				fellBack.Add(1)
-			case provider.OutcomeOf(err) == outcome.UpstreamFailed:
+			_, _, err := classifyText(cls, "x", 30*time.Second)
+			switch provider.OutcomeOf(err) {
+			case outcome.CircuitOpen:
+				open.Add(1)
+			case outcome.UpstreamFailed:
 				failed.Add(1)
 			}
 		})
 	}
 	wg.Wait()
-	// Three rows fail while the breaker is still closed (it needs four);
-	// the fourth opens it, and it and every later one fall back.
-	if fellBack.Load() < 5 || failed.Load() > 3 {
-		t.Fatalf("%d rows fell back and %d failed; want at most the 3 before the breaker opened to fail", fellBack.Load(), failed.Load())
+	if open.Load()+failed.Load() != 8 || time.Since(start) > 20*time.Second {
+		t.Fatalf("%d circuit_open and %d upstream_failed of 8 in %s; want every row back at once with its failure", open.Load(), failed.Load(), time.Since(start))
 	}
-}
-
-// A fallback that fails sends the row back to wait for the breaker (and to
-// try the fallback again), rather than ending it.
-func TestFailingFallbackSendsTheRowBackToTheWait(t *testing.T) {
-	prim := &textStub{model: "primary", reply: func(string) error { return status(500) }}
-	var fbCalls atomic.Int64
-	fb := &stub{model: "backup", reply: func(int64, int64) error {
-		if fbCalls.Add(1) <= 3 {
-			return status(503)
-		}
-		return nil
-	}}
-	cls := Build(prim, Config{Retries: 0, BreakerThreshold: 0.5, BreakerMinCalls: 1,
-		BreakerWindow: time.Minute, BreakerCooldown: 30 * time.Millisecond, BreakerProbes: 1, Fallback: fb})
-	_, _, _ = classifyText(cls, "x", time.Second) // opens it
-	ans, _, err := classifyText(cls, "y", 10*time.Second)
-	if err != nil || !ans.Fallback {
-		t.Fatalf("got %+v, %v; want the fallback's answer after its failures", ans, err)
+	if !cls.HasFallback() {
+		t.Fatal("HasFallback is false with Escalates")
 	}
-	if fbCalls.Load() < 4 {
-		t.Fatalf("the fallback was asked %d times, want it asked again after each failure", fbCalls.Load())
+	// Without Escalates the same row waits for the breaker (here, until
+	// its deadline).
+	wait := Build(prim, Config{Retries: 0, BreakerThreshold: 0.5, BreakerMinCalls: 1,
+		BreakerWindow: time.Minute, BreakerCooldown: time.Minute})
+	_, _, _ = classifyText(wait, "x", time.Second) // opens it
+	start = time.Now()
+	if _, _, err := classifyText(wait, "y", 300*time.Millisecond); time.Since(start) < 250*time.Millisecond || provider.OutcomeOf(err) != outcome.CircuitOpen {
+		t.Fatalf("without Escalates: %v after %s; want circuit_open at its deadline", err, time.Since(start))
 	}
 }
 

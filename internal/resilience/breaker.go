@@ -34,7 +34,7 @@ type breaker struct {
 	slots    *Slots
 	cfg      Config
 	// run is told when the probes fail while nothing has succeeded since
-	// the start (not with a fallback: rows are answered meanwhile).
+	// the start (not with Escalates: a later stage answers the rows).
 	run *runState
 
 	// fresh counts rows that have not failed and are waiting for the
@@ -231,10 +231,10 @@ func (b *breaker) stateChanged(ev circuitbreaker.StateChangedEvent) {
 		if ev.OldState == circuitbreaker.HalfOpenState {
 			b.log.Warn(fmt.Sprintf("breaker open again: %d of %d probe calls failed (%s); probing again in %s",
 				failures, calls, cause, b.cfg.BreakerCooldown))
-			if b.cfg.Fallback == nil {
+			if !b.cfg.Escalates {
 				// Nothing has succeeded for a whole window since the start,
 				// and the probes failed too: down, not having a bad day.
-				// (With a fallback the rows are answered meanwhile.)
+				// (With a later stage the rows are answered meanwhile.)
 				b.run.markDown(cause, b.cfg.BreakerWindow)
 			}
 		} else {

@@ -1,11 +1,11 @@
 // Package resilience holds the provider policies, each a decorator around a
 // provider.Classifier: retries with backoff, a shared cooldown after 429s,
 // the calls-in-flight bound (-c, and the adaptive limit below it), a rate
-// limit, a circuit breaker, and the fallback (or the wait) while the breaker
-// is open. Build assembles them in the one order that makes their promises
-// hold:
+// limit, a circuit breaker, and the wait while the breaker is open (or,
+// when a later stage of a cascade answers such rows, none: Escalates).
+// Build assembles them in the one order that makes their promises hold:
 //
-//	row     (retries, fallback, waits for the breaker)  once per row
+//	row     (retries, waits for the breaker)             once per row
 //	  gate  (shared cooldown, then a slot)              per attempt
 //	    breaker (permit; a row's failures count once)    per attempt
 //	      rate limit (--rps, --burst)                    per attempt
@@ -21,9 +21,7 @@
 // A slot is held for one attempt only: a row waiting for its next attempt
 // (backoff, a cooldown, an open breaker) holds none, so -c bounds calls in
 // flight, not rows in retry. The rate limiter sits inside the breaker so
-// that an attempt the breaker refuses costs no token, and the fallback goes
-// through the same limiter, so fallback rows are paced like provider calls.
-// The breaker is inside the row loop so that a retry meets an open breaker
+// that an attempt the breaker refuses costs no token. The breaker is inside the row loop so that a retry meets an open breaker
 // and waits there (no retry is sent into an open breaker). All of them share
 // one view of an outage: the breaker's state.
 package resilience
@@ -102,8 +100,12 @@ type Config struct {
 	// counting the calls in flight against what they say remains.
 	PaceByHeaders bool
 
-	// Fallback answers rows while the breaker is open; nil means rows wait.
-	Fallback provider.Classifier
+	// Escalates: a later stage (a --cascade's, or --fallback-model's)
+	// answers this provider's rows when they fail: a row does not wait for
+	// an open breaker (it ends circuit_open at once, and the caller sends
+	// it on), and the provider is never found down (rows are answered
+	// meanwhile; OnDown is not called).
+	Escalates bool
 
 	// Plain applies no policy but the bound on calls in flight
 	// (Concurrency), and records the calls: no retry, breaker, rate limit,
@@ -184,23 +186,21 @@ func (c *Config) defaults() {
 		c.Counters = &Counters{}
 	}
 	if c.Plain {
-		c.Retries, c.RPS, c.Adaptive, c.Fallback = 0, 0, false, nil
+		c.Retries, c.RPS, c.Adaptive = 0, 0, false
 	}
 }
 
 // Guard is the guarded classifier: the client wrapped in every policy. It
 // is the one path classify, serve, worker and check send their calls by.
 type Guard struct {
-	client   provider.Classifier
-	inner    attempter // gate -> breaker -> rate -> meter -> client
-	fallback attempter // gate -> rate -> fallback meter -> fallback; nil: rows wait
-	fbModel  string    // the fallback's model
-	slots    *Slots
-	br       *breaker // nil when Plain
-	cool     *cooldown
-	limiter  *rateLayer // nil without --rps (or Plain); always there when Shared
-	run      *runState
-	cfg      Config
+	client  provider.Classifier
+	inner   attempter // gate -> breaker -> rate -> meter -> client
+	slots   *Slots
+	br      *breaker // nil when Plain
+	cool    *cooldown
+	limiter *rateLayer // nil without --rps (or Plain); always there when Shared
+	run     *runState
+	cfg     Config
 }
 
 // attempter is one layer an attempt goes through. The row is passed
@@ -251,29 +251,15 @@ func Build(client provider.Classifier, cfg Config) *Guard {
 	g.limiter = limiter
 	g.br = newBreaker(chain, cfg, g.slots, g.run)
 	g.inner = &gate{inner: g.br, slots: g.slots, cool: g.cool}
-	if cfg.Fallback != nil {
-		var fb attempter = &fallbackMeter{client: cfg.Fallback, c: cfg.Counters}
-		if cfg.Ledger != nil {
-			fb = newSpendLayer(fb, cfg.Ledger, cfg.Fallback)
-		}
-		if limiter != nil {
-			fb = limiter.wrap(fb)
-		}
-		g.fallback = &gate{inner: fb, slots: g.slots}
-		g.fbModel = cfg.Fallback.Model()
-	}
 	return g
 }
 
 // Model names the primary model.
 func (g *Guard) Model() string { return g.client.Model() }
 
-// Client is the primary model's client; Fallback the fallback's (nil
-// without one). A row's cache key is the request each would send.
+// Client is the model's client: a row's cache key is the request it
+// would send.
 func (g *Guard) Client() provider.Classifier { return g.client }
-
-// Fallback is the fallback model's client, nil without one.
-func (g *Guard) Fallback() provider.Classifier { return g.cfg.Fallback }
 
 // Ledger is what the calls are charged to (nil: none).
 func (g *Guard) Ledger() *spend.Ledger { return g.cfg.Ledger }
@@ -303,9 +289,9 @@ func (g *Guard) Stats(elapsed time.Duration) Stats {
 	return s
 }
 
-// HasFallback reports whether rows are answered by a fallback model while
-// the breaker is open.
-func (g *Guard) HasFallback() bool { return g.fallback != nil }
+// HasFallback reports whether rows are answered elsewhere while the
+// breaker is open: a later stage takes them (Config.Escalates).
+func (g *Guard) HasFallback() bool { return g.cfg.Escalates }
 
 // BreakerOpen reports whether the breaker refuses calls now, and for how
 // much longer before it probes (0 when probing).
@@ -332,8 +318,8 @@ func (g *Guard) DownCause() string { return g.run.DownCause() }
 
 // OnDown sets f to be called, once, when the provider is found down: it
 // has failed every call for a whole breaker window since the run's first
-// call, and the breaker's probes failed too (never with a fallback, whose
-// rows are answered meanwhile). A batch stops there; a server goes on, and
+// call, and the breaker's probes failed too (never with Escalates: a later
+// stage answers the rows meanwhile). A batch stops there; a server goes on, and
 // its breaker keeps probing. Set it before the first call.
 func (g *Guard) OnDown(f func(cause string)) {
 	g.run.mu.Lock()
@@ -370,7 +356,7 @@ func (g *Guard) PauseUntil(t time.Time) {
 }
 
 // OpenUntil refuses every call until t, as an open breaker does (rows wait,
-// or the fallback answers): another process sharing the provider saw it
+// or go on to a later stage): another process sharing the provider saw it
 // fail and is probing it. (A Plain guard has no breaker: it ignores it.)
 func (g *Guard) OpenUntil(t time.Time) {
 	if g.br != nil {
@@ -514,7 +500,7 @@ type Row struct {
 	// breaker end there, while calls already sent go on under the context.
 	Stop <-chan struct{}
 	// FailFast: the row does not wait for an open breaker (it ends
-	// circuit_open at once, unless a fallback answers) nor for a cooldown
+	// circuit_open at once) nor for a cooldown
 	// longer than its deadline allows. A server answers such requests at
 	// once with a Retry-After instead of holding them.
 	FailFast bool
@@ -559,9 +545,6 @@ func (r *Row) Usage() provider.Usage { return r.usage }
 // a known cost.
 func (r *Row) Cost() (usd float64, ok bool) { return r.cost, r.costed }
 
-// FallbackAttempts is the number of calls sent to the fallback model.
-func (r *Row) FallbackAttempts() int { return r.fallbacks }
-
 // FirstAttempt is when the row's first call (to either model) was sent; ok
 // is false if none was. The time it waited before (for the rate limit, the
 // adaptive limit, a cooldown) is waiting, not time at the provider.
@@ -569,12 +552,11 @@ func (r *Row) FirstAttempt() (at time.Time, ok bool) { return r.first, !r.first.
 
 // rowState is what the layers know about one row's calls.
 type rowState struct {
-	sent      int       // calls sent to the primary provider by the row's loop
-	sampled   int       // the verdict's sample texts sent on the row's behalf
-	fallbacks int       // calls sent to the fallback model
-	first     time.Time // when its first call (to either model) was sent
-	sentAt    time.Time // when the last primary call was sent
-	limited   int       // calls of it refused for a rate limit
+	sent    int       // calls sent to the primary provider by the row's loop
+	sampled int       // the verdict's sample texts sent on the row's behalf
+	first   time.Time // when its first call (to either model) was sent
+	sentAt  time.Time // when the last primary call was sent
+	limited int       // calls of it refused for a rate limit
 	// limitedSince is when its first rate-limit refusal came back; lastLimit
 	// the wait after its last one, while they come one after the other.
 	limitedSince time.Time
@@ -753,30 +735,6 @@ func (m *meter) sampler(err error, r *Row, c provider.Call) func(context.Context
 // UnreachableAfter is how many calls must fail to connect, with none ever
 // answered, before the provider is called unreachable.
 const UnreachableAfter = 3
-
-// fallbackMeter records the fallback model's calls apart from the
-// primary's.
-type fallbackMeter struct {
-	client provider.Classifier
-	c      *Counters
-}
-
-func (m *fallbackMeter) attempt(ctx context.Context, r *Row, c provider.Call) (provider.Answer, error) {
-	if err := ctx.Err(); err != nil {
-		return provider.Answer{}, err
-	}
-	if r.lapsed() {
-		return provider.Answer{}, errLapsed
-	}
-	m.c.FallbackCalls.Add(1)
-	r.fallbacks++
-	if r.first.IsZero() {
-		r.first = time.Now()
-	}
-	ans, err := m.client.Classify(ctx, c)
-	m.c.countUsage(r, ans, err)
-	return ans, err
-}
 
 // leased holds a call, just before it is sent, until the budget's lease
 // holds (Config.Shared): its slot was granted under the lease, but it may

@@ -16,8 +16,8 @@ type Counters struct {
 	RateLimited     atomic.Int64 // 429 answers
 	Timeouts        atomic.Int64 // attempts that got no answer within --timeout
 	BreakerOpenings atomic.Int64 // closed -> open transitions (outages, not failed probes)
-	FallbackRows    atomic.Int64 // rows the fallback model answered
-	FallbackCalls   atomic.Int64 // calls sent to the fallback model
+	FallbackRows    atomic.Int64 // rows a later stage answered after this provider failed (engine)
+	FallbackCalls   atomic.Int64 // calls sent to later stages for this provider's rows (engine)
 	// PromptTokens and CompletionTokens sum the usage the provider
 	// reported (chat), failed calls' too; TokenCalls counts the calls that
 	// reported some.
@@ -123,7 +123,7 @@ type Stats struct {
 	Policies      bool
 	Calls         int64 // calls sent to the primary provider, retries included
 	Retries       int64 // calls after the first of a row
-	FallbackCalls int64 // calls sent to the fallback model
+	FallbackCalls int64 // calls sent to later stages (--fallback-model, a cascade's)
 	// Tokens reported (chat); TokenCalls: the calls that reported them.
 	PromptTokens, CompletionTokens, TokenCalls int64
 	RateLimited                                int64

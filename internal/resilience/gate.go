@@ -16,7 +16,7 @@ import (
 type gate struct {
 	inner attempter
 	slots *Slots
-	cool  *cooldown // nil: no shared cooldown (the fallback model, a Plain guard)
+	cool  *cooldown // nil: no shared cooldown (a Plain guard)
 }
 
 func (g *gate) attempt(ctx context.Context, r *Row, c provider.Call) (provider.Answer, error) {

@@ -98,34 +98,36 @@ func breakerConfig(c *Counters, log *syncBuffer) Config {
 		Logger: slog.New(slog.NewTextHandler(log, nil))}
 }
 
-func TestBreakerOpensAndFallbackAnswers(t *testing.T) {
+// The breaker opens on an outage; with a later stage (Escalates) every row
+// that meets it open ends circuit_open at once (the engine sends it on),
+// and the failing provider is spared the calls.
+func TestBreakerOpensAndRowsEscalate(t *testing.T) {
 	var o outage
 	o.down.Store(true)
 	prim := &stub{model: "primary", reply: o.reply}
 	c := &Counters{}
 	var log syncBuffer
 	cfg := breakerConfig(c, &log)
-	cfg.Fallback = &stub{model: "backup"}
+	cfg.Escalates = true
 	// Backoff long enough that no row spends its five calls before the
 	// others' first failures (on a loaded machine) have opened the breaker.
 	cfg.BackoffBase = 20 * time.Millisecond
 	cls := Build(prim, cfg)
 	// The first rows arrive together, as the engine sends them: each one's
 	// first failure counts, so four of them open the breaker, and every
-	// row's retry meets it open and takes the fallback.
+	// row's retry meets it open and ends circuit_open.
 	var wg sync.WaitGroup
 	for i := range 8 {
 		wg.Go(func() {
-			if ans, _, err := classifyRow(cls, 5*time.Second); err != nil || !ans.Fallback {
-				t.Errorf("row %d: got %+v, %v; want a fallback answer", i, ans, err)
+			if _, _, err := classifyRow(cls, 5*time.Second); provider.OutcomeOf(err) != outcome.CircuitOpen && provider.OutcomeOf(err) != outcome.UpstreamFailed {
+				t.Errorf("row %d: got %v; want circuit_open (or its last failure)", i, err)
 			}
 		})
 	}
 	wg.Wait()
 	for i := range 32 {
-		ans, _, err := classifyRow(cls, 5*time.Second)
-		if err != nil || !ans.Fallback || ans.Model != "backup" {
-			t.Fatalf("row %d: got %+v, %v; want a fallback answer from backup", i, ans, err)
+		if _, _, err := classifyRow(cls, 5*time.Second); provider.OutcomeOf(err) != outcome.CircuitOpen {
+			t.Fatalf("row %d: got %v; want circuit_open at once", i, err)
 		}
 	}
 	// Four failures open it; each probe round (every 100ms at most) adds a
@@ -133,9 +135,8 @@ func TestBreakerOpensAndFallbackAnswers(t *testing.T) {
 	if n := prim.calls.Load(); n > 12 {
 		t.Fatalf("the failing provider got %d calls, want the breaker to stop them", n)
 	}
-	s := c.Snapshot(time.Second)
-	if s.BreakerOpenings < 1 || s.FallbackRows != 40 {
-		t.Fatalf("counters %+v: want the breaker opened and 40 fallback rows", s)
+	if s := c.Snapshot(time.Second); s.BreakerOpenings < 1 {
+		t.Fatalf("counters %+v: want the breaker opened", s)
 	}
 	// Four failures are the least that open it; rows failing at the same
 	// moment may land a fifth or more before it is judged or before the
@@ -148,7 +149,7 @@ func TestBreakerOpensAndFallbackAnswers(t *testing.T) {
 	o.down.Store(false)
 	time.Sleep(150 * time.Millisecond)
 	for range 3 {
-		if ans, _, err := classifyRow(cls, 5*time.Second); err != nil || ans.Fallback {
+		if ans, _, err := classifyRow(cls, 5*time.Second); err != nil {
 			t.Fatalf("after recovery got %+v, %v; want the primary", ans, err)
 		}
 	}

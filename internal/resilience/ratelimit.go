@@ -11,7 +11,8 @@ import (
 )
 
 // rateLayer paces calls with one token bucket shared by everything wrapped
-// with it (the primary's attempts and the fallback's rows).
+// with it (the attempts, and the rows sent on to a later stage while the
+// breaker is open: Guard.Pace).
 type rateLayer struct {
 	lim *rate.Limiter
 
@@ -32,6 +33,29 @@ func newRateLayer(rps float64, burst int) *rateLayer {
 
 func (r *rateLayer) wrap(inner attempter) attempter {
 	return &rated{inner: inner, layer: r}
+}
+
+// Pace waits for a turn of the guard's rate limit (--rps), holding one of
+// its slots meanwhile, as a call would, without making one; at once
+// without a limit. A row that a later stage answers while this guard's
+// breaker is open takes its turn here first, as the fallback's calls once
+// did through this limiter: the slots it holds keep admission at the same
+// pace, so a short outage sends on only its share of the rows, not every
+// row behind it at once, and rows are left to probe the breaker.
+func (g *Guard) Pace(ctx context.Context, r *Row) error {
+	if g.limiter == nil {
+		return nil
+	}
+	turn := &gate{inner: g.limiter.wrap(turnOnly{}), slots: g.slots}
+	_, err := turn.attempt(ctx, r, provider.Call{})
+	return err
+}
+
+// turnOnly is the call Pace makes once its turn comes: none.
+type turnOnly struct{}
+
+func (turnOnly) attempt(context.Context, *Row, provider.Call) (provider.Answer, error) {
+	return provider.Answer{}, nil
 }
 
 // setLimit changes the rate and wakes the calls waiting for a turn.

@@ -12,9 +12,10 @@ import (
 )
 
 // Classify runs one row (or one batch of texts) through the policies: it
-// sends it, retries what may recover, and while the breaker is open has the
-// fallback answer or waits, all within ctx's deadline. r says what the
-// caller asks of the row, and records its attempts.
+// sends it, retries what may recover, and while the breaker is open waits
+// for it (or, when a later stage answers such rows, Config.Escalates, ends
+// circuit_open at once), all within ctx's deadline. r says what the caller
+// asks of the row, and records its attempts.
 //
 // The retry loop is written here rather than with failsafe-go's retry
 // policy because its budget must span the waits for the breaker: a row is
@@ -35,10 +36,7 @@ func (g *Guard) Classify(ctx context.Context, r *Row, texts []string) (provider.
 			if r.lapsed() {
 				return provider.Answer{}, errLapsed
 			}
-			if ans, ok := g.tryFallback(ctx, r, texts); ok {
-				return ans, nil
-			}
-			if r.FailFast {
+			if r.FailFast || g.cfg.Escalates {
 				return provider.Answer{}, g.openError()
 			}
 			if werr := g.br.wait(ctx, &r.rowState, r.Stop); werr != nil {
@@ -86,12 +84,8 @@ func (g *Guard) Classify(ctx context.Context, r *Row, texts []string) (provider.
 			r.lastLimit = 0
 		}
 		if limited && g.limitWaited(&r.rowState) || !limited && r.sent-r.limited > g.cfg.Retries {
-			// One view of an outage: a row whose last call failed as the
-			// breaker opened is answered by the fallback like a row that
-			// met the open breaker. It has no call left to send.
-			if outage && g.fallback != nil {
-				return g.fallbackWhileOpen(ctx, r, texts, err)
-			}
+			// No call left to send: with Config.Escalates, a later stage
+			// answers it, as it answers a row that met the open breaker.
 			return provider.Answer{}, err
 		}
 		if outage {
@@ -202,47 +196,10 @@ func Backoff(n int, base, maxWait time.Duration) time.Duration {
 	return ceil/2 + time.Duration(rand.Int64N(int64(ceil/2)+1))
 }
 
-// fallbackWhileOpen asks the fallback for a row with no call left, again
-// after each failure, for as long as the breaker stays open (then the row
-// ends with its last failure, err) and its context allows.
-func (g *Guard) fallbackWhileOpen(ctx context.Context, r *Row, texts []string, err error) (provider.Answer, error) {
-	for !g.closed() {
-		if ans, ok := g.tryFallback(ctx, r, texts); ok {
-			return ans, nil
-		}
-		if r.FailFast {
-			break
-		}
-		if werr := g.br.wait(ctx, &r.rowState, r.Stop); werr != nil {
-			break
-		}
-	}
-	return provider.Answer{}, err
-}
-
-// tryFallback asks the fallback model, when there is one.
-func (g *Guard) tryFallback(ctx context.Context, r *Row, texts []string) (provider.Answer, bool) {
-	if g.fallback == nil {
-		return provider.Answer{}, false
-	}
-	ans, err := g.fallback.attempt(ctx, r, provider.Call{Texts: texts})
-	if err != nil {
-		// The row goes back to waiting for the breaker.
-		g.cfg.Logger.Debug("fallback model failed", "err", err)
-		return provider.Answer{}, false
-	}
-	ans.Fallback = true
-	if ans.Model == "" {
-		ans.Model = g.fbModel
-	}
-	g.cfg.Counters.FallbackRows.Add(int64(len(texts)))
-	return ans, true
-}
-
 func (g *Guard) openError() error {
 	_, d := g.BreakerOpen()
 	return &provider.Error{Outcome: outcome.CircuitOpen, RetryAfter: d,
-		Msg: "circuit breaker open: the provider is failing and there is no --fallback-model", Err: errOpen()}
+		Msg: "circuit breaker open: the provider is failing and there is no --fallback-model or later --cascade stage", Err: errOpen()}
 }
 
 // end is the outcome of a row whose waiting was cut short: by its deadline,

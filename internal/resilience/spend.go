@@ -45,9 +45,9 @@ func (s *spendLayer) attempt(ctx context.Context, r *Row, c provider.Call) (prov
 	if !ok {
 		return provider.Answer{}, errStopped
 	}
-	calls := r.sent + r.fallbacks
+	calls := r.sent
 	ans, err := s.inner.attempt(ctx, r, c)
-	if r.sent+r.fallbacks == calls {
+	if r.sent == calls {
 		res.Cancel() // the row ended before its call went
 		return ans, err
 	}

@@ -45,12 +45,16 @@ type Extra struct {
 	// Review: review, true for a row to be checked by a person
 	// (--review-below).
 	Review bool
+	// Stage: stage, the number (from 1) of the cascade's stage that
+	// answered the row, or where it ended (--cascade); blank for a row
+	// that reached none.
+	Stage bool
 }
 
 // extraColumns are the names of Extra's columns, in order.
-var extraColumns = []string{"raw_score", "review"}
+var extraColumns = []string{"raw_score", "review", "stage"}
 
-func (e Extra) on() []bool { return []bool{e.RawScore, e.Review} }
+func (e Extra) on() []bool { return []bool{e.RawScore, e.Review, e.Stage} }
 
 // Columns are the extra columns e turns on, in order.
 func (e Extra) Columns() []string {
@@ -79,6 +83,8 @@ func extraOf(tail []string) (e Extra, ok bool) {
 			e.RawScore = true
 		case "review":
 			e.Review = true
+		case "stage":
+			e.Stage = true
 		}
 		i++
 	}
@@ -141,6 +147,10 @@ type Row struct {
 	// person to check (written with Extra.Review).
 	RawScore float64
 	Review   bool
+	// Stage is the number (from 1) of the cascade's stage that answered
+	// the row, or where it ended; 0 for a row no stage was asked for
+	// (written with Extra.Stage; 0: blank).
+	Stage int
 	// Gold is the row's gold label (--gold-column), for the evaluation;
 	// not written.
 	Gold string
@@ -201,6 +211,13 @@ func (r Row) record(dst []string, includeText, raw bool, extra Extra) []string {
 	}
 	if extra.Review {
 		dst = append(dst, strconv.FormatBool(r.Review))
+	}
+	if extra.Stage {
+		stage := ""
+		if r.Stage > 0 {
+			stage = strconv.Itoa(r.Stage)
+		}
+		dst = append(dst, stage)
 	}
 	return dst
 }

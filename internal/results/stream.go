@@ -37,6 +37,7 @@ type record struct {
 	// Extra columns, absent unless their feature was on.
 	RawScore *float64 `csv:"raw_score,omitempty"`
 	Review   string   `csv:"review"`
+	Stage    *int     `csv:"stage,omitempty"`
 }
 
 func (r record) row() Row {
@@ -67,6 +68,9 @@ func (r record) row() Row {
 		row.RawScore = *r.RawScore
 	}
 	row.Review = r.Review == "true"
+	if r.Stage != nil {
+		row.Stage = *r.Stage
+	}
 	if r.StartedMs != nil {
 		row.StartedMs = *r.StartedMs
 		if r.LatencyMs != nil {

@@ -38,6 +38,13 @@ type Identity struct {
 	// --review-below.
 	Calibration string `json:"calibration_sha256,omitempty"`
 	ReviewBelow string `json:"review_below,omitempty"`
+	// Cascade is the hash of a --cascade's settings (every stage's
+	// provider, model, request, label map, calibration and
+	// escalate-below), "" without one: a resume in the middle of a
+	// cascade must send its rows through the same stages, or the file
+	// would mix two cascades' answers. Provider and Model are then its
+	// first stage's.
+	Cascade string `json:"cascade_sha256,omitempty"`
 }
 
 const identityVersion = 1
@@ -56,6 +63,8 @@ func (cur Identity) mismatch(prev Identity) string {
 		return fmt.Sprintf("it was written by --provider %s --model %s, not --provider %s --model %s", prev.Provider, prev.Model, cur.Provider, cur.Model)
 	case prev.IDColumn != cur.IDColumn || prev.TextColumn != cur.TextColumn:
 		return fmt.Sprintf("it was written with --id-column %q --text-column %q", prev.IDColumn, prev.TextColumn)
+	case prev.Cascade != cur.Cascade:
+		return fmt.Sprintf("it was written with %s, this run has %s", prev.cascade(), cur.cascade())
 	case prev.LabelMap != cur.LabelMap || prev.Calibration != cur.Calibration || prev.ReviewBelow != cur.ReviewBelow:
 		return fmt.Sprintf("it was written with %s, this run asks %s", prev.answers(), cur.answers())
 	case cmp.Or(prev.Delimiter, ",") != cmp.Or(cur.Delimiter, ",") || cmp.Or(prev.Encoding, "utf-8") != cmp.Or(cur.Encoding, "utf-8"):
@@ -63,6 +72,14 @@ func (cur Identity) mismatch(prev Identity) string {
 			cmp.Or(prev.Delimiter, ","), cmp.Or(prev.Encoding, "utf-8"), cmp.Or(cur.Delimiter, ","), cmp.Or(cur.Encoding, "utf-8"))
 	}
 	return ""
+}
+
+// cascade says which cascade a run had, for a message.
+func (id Identity) cascade() string {
+	if id.Cascade == "" {
+		return "no --cascade"
+	}
+	return fmt.Sprintf("a --cascade whose stages' settings hash to %.12s…", id.Cascade)
 }
 
 // answers says how a run changed the answers it wrote, for a message.

@@ -34,24 +34,28 @@ type feedbackResponse struct {
 	Score     *float64 `json:"score"` // null: a chat answer without logprobs
 	Model     string   `json:"model"`
 	// With --calibration, the model's own score (score is the calibrated
-	// one); with --review-below, whether the answer is marked for review.
+	// one); with --review-below, whether the answer is marked for review;
+	// with --cascade, the stage that answered.
 	RawScore *float64 `json:"raw_score,omitempty"`
 	Review   *bool    `json:"review,omitempty"`
+	Stage    *int     `json:"stage,omitempty"`
 }
 
-// quality fills what --calibration and --review-below add to an answer.
-func (s *Server) quality(r results.Row, raw **float64, review **bool) {
-	a := s.cfg.Pipeline.Answers
-	if a == nil {
-		return
-	}
-	if a.Calibration != nil && r.Label != "" && !math.IsNaN(r.RawScore) {
+// quality fills what --calibration, --review-below and --cascade add to an
+// answer.
+func (s *Server) quality(r results.Row, raw **float64, review **bool, stage **int) {
+	calibrated, reviewed := s.cfg.Pipeline.Marks()
+	if calibrated && r.Label != "" && !math.IsNaN(r.RawScore) {
 		v := results.RoundScore(r.RawScore)
 		*raw = &v
 	}
-	if a.Review {
+	if reviewed {
 		v := r.Review
 		*review = &v
+	}
+	if s.cfg.Stage && r.Stage > 0 {
+		v := r.Stage
+		*stage = &v
 	}
 }
 
@@ -83,6 +87,7 @@ type itemResult struct {
 	RetryAfter *int     `json:"retry_after"`
 	RawScore   *float64 `json:"raw_score,omitempty"`
 	Review     *bool    `json:"review,omitempty"`
+	Stage      *int     `json:"stage,omitempty"`
 }
 
 // feedback answers POST /feedback-sentiment.
@@ -114,7 +119,7 @@ func (s *Server) feedback(x *exchange) {
 	}
 	x.code = string(res.Outcome)
 	resp := feedbackResponse{RequestID: req.RequestID, Label: res.Label, Score: score(res), Model: res.Model}
-	s.quality(res, &resp.RawScore, &resp.Review)
+	s.quality(res, &resp.RawScore, &resp.Review, &resp.Stage)
 	x.json(http.StatusOK, resp)
 }
 
@@ -202,7 +207,7 @@ func (s *Server) classifyItems(x *exchange) {
 // item gave (the pipeline's results carry it, as do the rows built here).
 func (s *Server) item(r results.Row) itemResult {
 	it := itemResult{RequestID: r.RequestID, Status: r.Status(), Outcome: string(r.Outcome), Attempts: r.Attempts}
-	s.quality(r, &it.RawScore, &it.Review)
+	s.quality(r, &it.RawScore, &it.Review, &it.Stage)
 	if r.Label != "" {
 		l := r.Label
 		it.Label, it.Score = &l, score(r)

@@ -39,6 +39,9 @@ type setup struct {
 	wrap func(provider.Classifier) provider.Classifier // around the HF client, inside the policies
 	// cacheDir, when set, is a response cache for the pipeline.
 	cacheDir string
+	// fallback, when set, is a second stage the rows go on to when the
+	// provider fails them (what --fallback-model builds).
+	fallback provider.Classifier
 }
 
 func defaults() *setup {
@@ -100,6 +103,11 @@ func start(t *testing.T, f *fakehf.Fake, tune ...func(*setup)) *harness {
 		t.Cleanup(func() { c.Close(context.Background()) })
 		k, _ := cache.NewKeyer("hf", hf)
 		st.cfg.Pipeline.Cache, st.cfg.Pipeline.Keys = c, &k
+	}
+	if st.fallback != nil {
+		st.res.Escalates = true
+		st.cfg.Pipeline.Stages = []engine.Stage{{Keys: st.cfg.Pipeline.Keys},
+			{Guard: resilience.Build(st.fallback, resilience.Config{Plain: true, Concurrency: st.res.Concurrency})}}
 	}
 	h.s = New(resilience.Build(client, st.res), m, st.cfg)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

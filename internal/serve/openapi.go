@@ -84,15 +84,17 @@ func (s *Server) document() []byte {
 	}
 	rawScore := obj{"type": "number", "minimum": 0, "maximum": 1, "description": "with --calibration: the model's own score, rounded to 4 places (score is then the calibrated probability that the label is right); absent when the model gave none"}
 	review := obj{"type": "boolean", "description": "with --review-below: true when score is under it, or there is none"}
+	stage := obj{"type": "integer", "minimum": 1, "description": "with --cascade: the number of the stage that answered (or where the request ended)"}
 	schemas["FeedbackResponse"] = obj{
 		"type": "object", "additionalProperties": false, "required": []string{"request_id", "label", "score", "model"},
 		"properties": obj{
 			"request_id": obj{"type": "string"},
 			"label":      obj{"type": "string", "description": "the model's highest-scoring label, e.g. POSITIVE"},
 			"score":      obj{"type": []string{"number", "null"}, "minimum": 0, "maximum": 1, "description": "rounded to 4 places; null when the model gave no probability (a chat model without logprobs)"},
-			"model":      obj{"type": "string", "description": "the model that answered: --fallback-model's id when it did"},
+			"model":      obj{"type": "string", "description": "the model that answered: --fallback-model's id, or a later --cascade stage's, when it did"},
 			"raw_score":  rawScore,
 			"review":     review,
+			"stage":      stage,
 		},
 	}
 	schemas["ClassifyRequest"] = obj{
@@ -123,6 +125,7 @@ func (s *Server) document() []byte {
 			"retry_after": obj{"type": []string{"integer", "null"}, "minimum": 1, "description": "seconds, for a 503 status"},
 			"raw_score":   rawScore,
 			"review":      review,
+			"stage":       stage,
 		},
 	}
 	schemas["ClassifyResponse"] = obj{

@@ -192,7 +192,8 @@ func TestLongRetryAfterAnsweredAtOnce(t *testing.T) {
 // TestBreakerOpen: the server never waits for an open breaker. Without a
 // fallback, a request is answered 503 circuit_open at once, with
 // Retry-After the breaker's remaining open time, and /readyz turns 503;
-// with one, the fallback answers and names itself.
+// with one (a second stage), the fallback answers and names itself, and
+// answered the failures that opened the breaker too.
 func TestBreakerOpen(t *testing.T) {
 	breaker := func(s *setup) {
 		s.res.Retries = 0
@@ -229,13 +230,17 @@ func TestBreakerOpen(t *testing.T) {
 		t.Fatalf("/healthz: %d", hz.status)
 	}
 
-	fb := start(t, &fakehf.Fake{Script: fail}, breaker, func(s *setup) { s.res.Fallback = provider.NewLocal() })
+	fb := start(t, &fakehf.Fake{Script: fail}, breaker, func(s *setup) { s.fallback = provider.NewLocal() })
 	for i := range 2 {
 		fb.feedback(fmt.Sprint("f", i), uniq(i))
 	}
 	a = fb.feedback("open", "I love this product")
 	if a.status != 200 || a.json(t)["model"] != provider.LocalModel {
 		t.Fatalf("with a fallback: %d %s", a.status, a.body)
+	}
+	// The two failures that opened the breaker went on to it too.
+	if n := fb.s.guard.Counters().FallbackRows.Load(); n != 3 {
+		t.Fatalf("%d fallback rows counted, want the 3 the fallback answered", n)
 	}
 	if r := fb.get(PathReadyz); r.status != 200 {
 		t.Fatalf("/readyz with a fallback answering: %d", r.status)

@@ -51,7 +51,10 @@ type Config struct {
 	MaxConns int
 	// Version is shown in the OpenAPI document.
 	Version string
-	Logger  *slog.Logger
+	// Stage: answers say the stage of the cascade (Pipeline.Stages) that
+	// answered them (--cascade).
+	Stage  bool
+	Logger *slog.Logger
 }
 
 // Defaults of Config, which serve's flags show as theirs.

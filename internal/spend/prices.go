@@ -73,6 +73,12 @@ func Flat(inPerMillion, outPerMillion float64) Prices {
 	return Prices{flat: &p, Source: "--price-in/--price-out"}
 }
 
+// Table is a price for each model of table (USD per token), as source
+// says (a cascade whose stages are priced apart).
+func Table(table map[string]Price, source string) Prices {
+	return Prices{table: table, Source: source}
+}
+
 // Known reports whether any price is known.
 func (ps Prices) Known() bool { return ps.flat != nil || len(ps.table) > 0 }
 

@@ -13,9 +13,9 @@ with sent as (
 	select * from unnest(@seq::bigint[], @attempt::int[], @action::text[], @outcome::text[], @label::text[], @score::float8[],
 	                     @model::text[], @attempts::int[], @latency_ms::bigint[], @error::text[], @wait_ms::bigint[],
 	                     @total_ms::bigint[], @delay_ms::bigint[], @prompt_tokens::int[], @completion_tokens::int[],
-	                     @cost_usd::float8[], @cached::bool[], @raw_score::float8[], @review::bool[])
+	                     @cost_usd::float8[], @cached::bool[], @raw_score::float8[], @review::bool[], @stage::smallint[])
 	  as done(seq, attempt, action, outcome, label, score, model, attempts, latency_ms, error, wait_ms, total_ms, delay_ms,
-	          prompt_tokens, completion_tokens, cost_usd, cached, raw_score, review)
+	          prompt_tokens, completion_tokens, cost_usd, cached, raw_score, review, stage)
 ),
 done as (
 	-- One result a row: a row the worker reports twice in one write (a
@@ -47,7 +47,7 @@ queued as (
 saved as (
 	insert into hfsent.result as r (batch_id, seq, outcome, label, score, model, attempts, claims, latency_ms, error,
 	                                queued_ms, started_ms, finished_ms, finished_at, worker, prompt_tokens, completion_tokens,
-	                                cost_usd, cached, raw_score, review)
+	                                cost_usd, cached, raw_score, review, stage)
 	select @batch, done.seq, done.outcome, done.label, done.score, done.model,
 	       -- The provider calls of every claim of the row: those of the
 	       -- results before (prior), one for each claim since that wrote
@@ -67,9 +67,9 @@ saved as (
 	       case when coalesce(prior.cost_usd, done.cost_usd) is not null
 	            then coalesce(prior.cost_usd, 0) + coalesce(done.cost_usd, 0) end,
 	       done.cached,
-	       -- --calibration's raw score and --review-below's flag (null
-	       -- without them).
-	       done.raw_score, done.review
+	       -- --calibration's raw score, --review-below's flag and the
+	       -- --cascade stage that answered (null without them).
+	       done.raw_score, done.review, done.stage
 	from done join queued on queued.seq = done.seq
 	left join hfsent.result prior on prior.batch_id = @batch and prior.seq = done.seq
 	where done.action <> 'giveback'
@@ -79,7 +79,8 @@ saved as (
 		queued_ms = excluded.queued_ms, started_ms = excluded.started_ms, finished_ms = excluded.finished_ms,
 		finished_at = excluded.finished_at, worker = excluded.worker,
 		prompt_tokens = excluded.prompt_tokens, completion_tokens = excluded.completion_tokens,
-		cost_usd = excluded.cost_usd, cached = excluded.cached, raw_score = excluded.raw_score, review = excluded.review
+		cost_usd = excluded.cost_usd, cached = excluded.cached, raw_score = excluded.raw_score, review = excluded.review,
+		stage = excluded.stage
 )
 select seq from written
 union all
