@@ -1,5 +1,8 @@
 -- budget status: every member row, lapsed ones too (their charge still
--- counts until they are reclaimed), in the order they joined.
+-- counts until they are reclaimed), in the order they joined. A lapsed
+-- member's share is listed as what it holds now, its charge: its old share
+-- no longer counts (once its calls must have ended, the budget keeps only
+-- its safe share for it), so the shares listed sum to at most the cap.
 select id,
        host,
        pid,
@@ -7,7 +10,7 @@ select id,
        max_calls,
        demand,
        in_flight,
-       share,
+       case when lease_until > now() then share else charge end as share,
        charge,
        rps,
        lease_until > now()                                  as live,
