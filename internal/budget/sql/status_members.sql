@@ -17,7 +17,8 @@ select id,
        safe,
        -- its lease passed, its safe share not: it sends on its safe share
        -- if it runs (a member cut off from the database)
-       safe > 0 and lease_until <= now()
+       -- (not one whose session lock was seen free: its process is gone)
+       safe > 0 and lease_until <= now() and lock_lost_at is null
            and lease_until + make_interval(secs => safe_ms / 1000.0) > now() as on_safe,
        (extract(epoch from now() - renewed_at) * 1000)::bigint as renewed_ms_ago,
        renewals
