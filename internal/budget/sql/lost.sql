@@ -18,6 +18,16 @@ since as (
     select greatest(pg_postmaster_start_time(),
                     coalesce((select started from inc),
                              (select started from hfsent.budget_incarnation where id = 1))) as t
+),
+-- every advisory lock held in this database, read once (pg_locks is
+-- volatile: not inlined into the per-row test)
+held as (
+    select l.classid, l.objid
+    from pg_catalog.pg_locks l
+    where l.locktype = 'advisory'
+      and l.granted
+      and l.objsubid = 1
+      and l.database = (select oid from pg_catalog.pg_database where datname = current_database())
 )
 update hfsent.budget_member m
 set lock_lost_at = clock_timestamp()
@@ -25,4 +35,7 @@ where m.budget = @budget
   and m.locked
   and m.lock_lost_at is null
   and m.renewed_at > (select t from since)
-  and not hfsent.budget_lock_held(hfsent.budget_lock_key(m.budget, m.id))
+  and not exists (select 1
+                  from held h, hfsent.budget_lock_key(m.budget, m.id) k
+                  where h.classid = ((k >> 32) & 4294967295)::oid
+                    and h.objid = (k & 4294967295)::oid)
