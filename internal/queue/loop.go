@@ -109,6 +109,15 @@ type loop struct {
 	promoting   []Claimed      // reservations the claim on its way runs first
 	unconfirmed map[int64]bool // started in a row's place; the swap not yet committed
 	speed       pace
+
+	// The rows in the pipeline: the attempt of each one's newest claim, and
+	// how many jobs it has there. A row has two when it came back in a
+	// claim while its old call still ran (the worker stopped past its
+	// lease, the row was rescued, and this worker took it again): the old
+	// attempt is superseded, and its result is never reported, so a row
+	// has one result to report by construction (issue 31, item 5).
+	newest map[int64]int
+	jobs   map[int64]int
 }
 
 func newLoop(w *Worker, bg context.Context, p pipeline, g guard) *loop {
@@ -116,7 +125,7 @@ func newLoop(w *Worker, bg context.Context, p pipeline, g guard) *loop {
 	return &loop{w: w, p: p, g: g, bg: bg,
 		done:        make(chan finished, 2*w.cfg.Capacity),
 		cycles:      make(chan cycleDone, maxCycles),
-		unconfirmed: map[int64]bool{}}
+		unconfirmed: map[int64]bool{}, newest: map[int64]int{}, jobs: map[int64]int{}}
 }
 
 // run turns until the run is over: it takes in what changed outside, sends
@@ -290,6 +299,7 @@ func (l *loop) wait(ctx context.Context) {
 // submit hands a claimed row to the pipeline, sent only while lease holds
 // (nil: a loop test's row that has none).
 func (l *loop) submit(cl Claimed, now time.Time, lease *rowLease) {
+	l.supersede(cl)
 	l.held++
 	j := &engine.Job{Row: input.Row{Seq: cl.Seq, ID: cl.RequestID, Text: cl.Text}, At: now,
 		Done: func(res results.Row) { l.done <- finished{cl, res} }}
@@ -299,9 +309,55 @@ func (l *loop) submit(cl Claimed, now time.Time, lease *rowLease) {
 	l.p.Submit(j)
 }
 
+// supersede records cl as its row's newest claim in the pipeline. A result
+// of an older attempt of the row waiting for the next round trip goes: the
+// database gave the row to this newer claim, so the fence would refuse it,
+// and with the newer one's result it would be two results for one row.
+func (l *loop) supersede(cl Claimed) {
+	if old, ok := l.newest[cl.Seq]; !ok || cl.Attempt > old {
+		l.newest[cl.Seq] = cl.Attempt
+	}
+	l.jobs[cl.Seq]++
+	kept := l.pending[:0]
+	for _, c := range l.pending {
+		if c.Seq == cl.Seq && c.Attempt < cl.Attempt {
+			l.dropSuperseded(c.Seq, c.Attempt)
+			continue
+		}
+		kept = append(kept, c)
+	}
+	l.pending = kept
+}
+
+// dropSuperseded forgets a result of an attempt a newer claim of its row
+// superseded: not written, it is counted as discarded.
+func (l *loop) dropSuperseded(seq int64, attempt int) {
+	l.held--
+	l.w.log.Info("result of an earlier attempt dropped: this worker claimed the row again (it was stopped past its lease)",
+		"seq", seq, "attempt", attempt, "newest", l.newest[seq])
+	l.w.mu.Lock()
+	l.w.stats.Discarded++
+	l.w.mu.Unlock()
+}
+
+// ended records that a job of f's row left the pipeline, and reports
+// whether a newer claim of the row superseded it.
+func (l *loop) ended(f finished) (superseded bool) {
+	superseded = f.c.Attempt < l.newest[f.c.Seq]
+	if l.jobs[f.c.Seq]--; l.jobs[f.c.Seq] <= 0 {
+		delete(l.jobs, f.c.Seq)
+		delete(l.newest, f.c.Seq)
+	}
+	return superseded
+}
+
 // finish turns a finished row into its completion and, when it ran under
 // a committed claim, starts a reservation in its place.
 func (l *loop) finish(f finished) {
+	if l.ended(f) {
+		l.dropSuperseded(f.c.Seq, f.c.Attempt)
+		return
+	}
 	c := l.w.completion(f)
 	if c.WaitMs >= 0 {
 		ewma(&l.speed.rowMs, float64(c.TotalMs))

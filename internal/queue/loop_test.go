@@ -886,3 +886,58 @@ func TestLoopSwappedRowTakesItsLeaseFromTheSwap(t *testing.T) {
 		})
 	}
 }
+
+// A row this worker still runs can come back to it in a claim: stopped
+// past its lease, the worker's own heartbeat rescued the row and its next
+// claim took it again, at the next attempt, while the old call had not
+// ended (issue 31, item 5). The old attempt's result is superseded: it is
+// never reported, so a round trip carries one result a row (two made
+// PostgreSQL refuse the whole write, SQLSTATE 21000), the newest attempt's.
+func TestLoopReportsARowClaimedAgainOnce(t *testing.T) {
+	for _, order := range []string{"old first", "new first", "old before the claim"} {
+		t.Run(order, func(t *testing.T) {
+			r := startLoop(t, WorkerConfig{Capacity: 3}, &fakeStore{}, nil)
+			r.trip().answer(CycleOut{Claimed: claims([]int64{1, 5})}, nil)
+			j1, j5 := r.job(), r.job()
+			tr := r.trip() // the place left
+			if order == "old before the claim" {
+				finishRow(j1, outcome.NotAttempted) // lapsed: never sent
+			}
+			again := Claimed{Seq: 1, Attempt: 2, RequestID: "r", Text: "t"}
+			tr.answer(CycleOut{Claimed: []Claimed{again}}, nil)
+			j1b := r.job()
+			finishRow(j5, outcome.Success)
+			tr = r.trip() // row 5's result: on its way while both of row 1's end
+			switch order {
+			case "old first":
+				finishRow(j1, outcome.NotAttempted)
+				finishRow(j1b, outcome.Success)
+			case "new first", "old before the claim":
+				finishRow(j1b, outcome.Success)
+				finishRow(j1, outcome.NotAttempted)
+			}
+			// Every round trip until the loop, its claims answered empty,
+			// waits for the poll with nothing left to write.
+			var done []Completion
+			for tr != nil {
+				done = append(done, tr.in.Done...)
+				tr.answer(CycleOut{Written: len(tr.in.Done)}, nil)
+				select {
+				case tr = <-r.db.trips:
+					r.taken = append(r.taken, tr)
+				case <-time.After(300 * time.Millisecond):
+					tr = nil
+				}
+			}
+			var ones []Completion
+			for _, d := range done {
+				if d.Seq == 1 {
+					ones = append(ones, d)
+				}
+			}
+			if len(ones) != 1 || ones[0].Attempt != 2 || ones[0].Action != Finish {
+				t.Fatalf("row 1 reported %+v; want once, its second attempt's answer", ones)
+			}
+		})
+	}
+}
