@@ -8,8 +8,9 @@
 # past its lease), then continued; the database cut for CUT (4 s) at 2 s.
 # With BUDGET=1 the workers and a serve replica share `budget set b --cap
 # CAP`, and the replica is killed (-9) at 0.5 s, holding its share.
-# Each run must end, both workers exiting by themselves within LIMIT
-# seconds (default 120), with every row done once. Prints one line a run,
+# The times count from when both workers have started. Each run must end,
+# both workers exiting by themselves within LIMIT seconds (default 120) of
+# that, with every row done once. Prints one line a run,
 # then "N of RUNS finished".
 #   bench/queue_fleet_starved.sh
 #   BIN=/tmp/hfsent-base RUNS=5 bench/queue_fleet_starved.sh   another build
@@ -56,6 +57,14 @@ one_run() {
     w+=($!)
   done
   pids+=("${w[@]}" "${b[@]}")
+  # The faults' times count from when both workers are in (starved, they
+  # take a while to start; a worker that cannot reach the database at its
+  # start exits, by design).
+  for _ in $(seq 300); do
+    grep -q 'msg="worker started"' "$work/$batch.w1.log" 2>/dev/null && grep -q 'msg="worker started"' "$work/$batch.w2.log" 2>/dev/null && break
+    sleep 0.1
+  done
+  start=$(date +%s.%N)
   if [[ -n $srv ]]; then at 0.5; kill -9 "$srv"; fi
   at 1; kill -STOP "${w[1]}"
   at 2; kill -USR1 "$px_pid"
