@@ -43,8 +43,18 @@ type Options struct {
 }
 
 // queueLen bounds the entries waiting to be written: a put waits when
-// they are this many (the writer commits hundreds at a time).
+// they are this many. It is also the most entries one transaction
+// commits.
 const queueLen = 4096
+
+// flushAfter is the longest an entry waits to be committed with the ones
+// put after it. A commit costs about the same for one entry as for
+// hundreds (the b-tree pages they touch are written once each, and every
+// reader's page cache starts again after it): against a provider
+// answering thousands of rows a second, a commit per few entries cost
+// more than the calls. An entry not yet committed when the process is
+// killed is only a miss next time; what was committed stays.
+const flushAfter = 250 * time.Millisecond
 
 // New starts a Cache in front of s; Close stops it.
 func New(s Store, o Options) *Cache {
@@ -141,24 +151,14 @@ func (c *Cache) Put(k Key, e Entry) {
 	}
 }
 
-// write commits what is queued, as much at a time as is waiting.
+// write commits what is queued: once flushAfter has passed since the
+// first entry of a batch, or queueLen are waiting, or the queue closes.
 func (c *Cache) write() {
 	defer close(c.done)
-	batch := make([]Stored, 0, 256)
+	batch := make([]Stored, 0, queueLen)
 	for s := range c.queue {
 		batch = append(batch[:0], s)
-	more:
-		for len(batch) < cap(batch) {
-			select {
-			case s, ok := <-c.queue:
-				if !ok {
-					break more
-				}
-				batch = append(batch, s)
-			default:
-				break more
-			}
-		}
+		c.gather(&batch)
 		c.dropBad()
 		if c.off.Load() {
 			continue
@@ -170,6 +170,24 @@ func (c *Cache) write() {
 		c.stored.Add(int64(len(batch)))
 	}
 	c.dropBad()
+}
+
+// gather adds to batch what is put until flushAfter has passed, the batch
+// is full or the queue closes.
+func (c *Cache) gather(batch *[]Stored) {
+	t := time.NewTimer(flushAfter)
+	defer t.Stop()
+	for len(*batch) < cap(*batch) {
+		select {
+		case s, ok := <-c.queue:
+			if !ok {
+				return
+			}
+			*batch = append(*batch, s)
+		case <-t.C:
+			return
+		}
+	}
 }
 
 // dropBad deletes the entries found damaged so far.
