@@ -1,6 +1,7 @@
 package cache
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"errors"
@@ -8,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -267,6 +269,11 @@ func (f *File) Put(ctx context.Context, entries []Stored) error {
 		if err := tx.QueryRowContext(ctx, "select coalesce(max(seq), 0) from entry").Scan(&seq); err != nil {
 			return err
 		}
+		// In key order: the entries land in the b-tree's leaves from left
+		// to right, each leaf read and written once a batch, and the pages
+		// above them stay in the page cache (random keys in arrival order
+		// read a leaf from the disk almost every entry).
+		slices.SortFunc(entries, func(a, b Stored) int { return bytes.Compare(a.Key[:], b.Key[:]) })
 		st := tx.StmtContext(ctx, f.put)
 		for i, e := range entries {
 			if _, err := st.ExecContext(ctx, e.Key[:], seq+1+int64(i), e.AtMs, e.Val, e.Sum); err != nil {
