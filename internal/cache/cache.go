@@ -151,14 +151,29 @@ func (c *Cache) Put(k Key, e Entry) {
 	}
 }
 
-// write commits what is queued: once flushAfter has passed since the
-// first entry of a batch, or queueLen are waiting, or the queue closes.
+// The writer commits up to writeBatch entries at a time, waiting up to
+// writeWait for a batch to fill. Each commit costs the readers their page
+// cache (SQLite drops a connection's pages when another has written) and
+// the WAL a frame per page touched: committing as soon as anything waited
+// meant a commit every few entries on a fast endpoint, and most of a
+// fill's CPU (issue 31). An entry still queued when the process is killed
+// is lost, never half written: the next run asks its row again.
+const (
+	writeBatch = 2048
+	writeWait  = 250 * time.Millisecond
+)
+
+// write commits what is queued, in batches, until the queue is closed.
 func (c *Cache) write() {
 	defer close(c.done)
-	batch := make([]Stored, 0, queueLen)
-	for s := range c.queue {
+	batch := make([]Stored, 0, writeBatch)
+	for open := true; open; {
+		s, ok := <-c.queue
+		if !ok {
+			break
+		}
 		batch = append(batch[:0], s)
-		c.gather(&batch)
+		open = c.gather(&batch)
 		c.dropBad()
 		if c.off.Load() {
 			continue
@@ -172,22 +187,23 @@ func (c *Cache) write() {
 	c.dropBad()
 }
 
-// gather adds to batch what is put until flushAfter has passed, the batch
-// is full or the queue closes.
-func (c *Cache) gather(batch *[]Stored) {
-	t := time.NewTimer(flushAfter)
+// gather adds queued entries to batch until it holds writeBatch, writeWait
+// has passed, or the queue is closed (false: commit and stop).
+func (c *Cache) gather(batch *[]Stored) bool {
+	t := time.NewTimer(writeWait)
 	defer t.Stop()
-	for len(*batch) < cap(*batch) {
+	for len(*batch) < writeBatch {
 		select {
 		case s, ok := <-c.queue:
 			if !ok {
-				return
+				return false
 			}
 			*batch = append(*batch, s)
 		case <-t.C:
-			return
+			return true
 		}
 	}
+	return true
 }
 
 // dropBad deletes the entries found damaged so far.

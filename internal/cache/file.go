@@ -273,7 +273,7 @@ func (f *File) Put(ctx context.Context, entries []Stored) error {
 		// to right, each leaf read and written once a batch, and the pages
 		// above them stay in the page cache (random keys in arrival order
 		// read a leaf from the disk almost every entry).
-		slices.SortFunc(entries, func(a, b Stored) int { return bytes.Compare(a.Key[:], b.Key[:]) })
+		slices.SortStableFunc(entries, func(a, b Stored) int { return bytes.Compare(a.Key[:], b.Key[:]) })
 		st := tx.StmtContext(ctx, f.put)
 		for i, e := range entries {
 			if _, err := st.ExecContext(ctx, e.Key[:], seq+1+int64(i), e.AtMs, e.Val, e.Sum); err != nil {
