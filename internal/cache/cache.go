@@ -43,18 +43,8 @@ type Options struct {
 }
 
 // queueLen bounds the entries waiting to be written: a put waits when
-// they are this many. It is also the most entries one transaction
-// commits.
+// they are this many (the writer commits up to writeBatch at a time).
 const queueLen = 4096
-
-// flushAfter is the longest an entry waits to be committed with the ones
-// put after it. A commit costs about the same for one entry as for
-// hundreds (the b-tree pages they touch are written once each, and every
-// reader's page cache starts again after it): against a provider
-// answering thousands of rows a second, a commit per few entries cost
-// more than the calls. An entry not yet committed when the process is
-// killed is only a miss next time; what was committed stays.
-const flushAfter = 250 * time.Millisecond
 
 // New starts a Cache in front of s; Close stops it.
 func New(s Store, o Options) *Cache {
