@@ -44,7 +44,7 @@ type Options struct {
 
 // queueLen bounds the entries waiting to be written: a put waits when
 // they are this many (the writer commits up to writeBatch at a time).
-const queueLen = 4096
+const queueLen = 8192
 
 // New starts a Cache in front of s; Close stops it.
 func New(s Store, o Options) *Cache {
@@ -149,8 +149,12 @@ func (c *Cache) Put(k Key, e Entry) {
 // fill's CPU (issue 31). An entry still queued when the process is killed
 // is lost, never half written: the next run asks its row again.
 const (
-	writeBatch = 2048
-	writeWait  = 250 * time.Millisecond
+	// 8192 a second: at 300,000 rows a fill took 39 s (no lookups: 26 s,
+	// as --no-cache) against 47 s (35 s) at 2048 and 250 ms; each batch
+	// touches most leaves of the entry b-tree once, so bigger batches
+	// write fewer pages an entry.
+	writeBatch = 8192
+	writeWait  = time.Second
 )
 
 // write commits what is queued, in batches, until the queue is closed.
