@@ -279,11 +279,14 @@ func (f *File) Put(ctx context.Context, entries []Stored) error {
 			if _, err := st.ExecContext(ctx, e.Key[:], seq+1+int64(i), e.AtMs, e.Val, e.Sum); err != nil {
 				return err
 			}
-		}
-		f.sinceFit += len(entries)
-		if f.maxBytes > 0 && f.sinceFit >= fitEvery {
-			f.sinceFit = 0
-			return fit(ctx, tx, f.maxBytes)
+			// Checked inside the batch, not after it: a batch of
+			// thousands would otherwise pass the bound by its own size.
+			if f.sinceFit++; f.maxBytes > 0 && f.sinceFit >= fitEvery {
+				f.sinceFit = 0
+				if err := fit(ctx, tx, f.maxBytes); err != nil {
+					return err
+				}
+			}
 		}
 		return nil
 	})
