@@ -2,6 +2,7 @@ package cache
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"log/slog"
 	"sync"
@@ -29,6 +30,15 @@ type Cache struct {
 	done    chan struct{}
 	closed  sync.Once
 
+	// put is a Bloom filter of the keys put in this run; with a store
+	// that says it holds only what this Cache put (sole), a key outside
+	// it is a miss without a lookup. On a fill (an empty cache) the
+	// lookups cost a third of the CPU and, by keeping readers in the WAL,
+	// its checkpoints from starting it again: 12 s and 30 MiB at 300,000
+	// rows (issue 31).
+	put  []atomic.Uint64
+	sole interface{ Sole() bool }
+
 	hits, misses, damaged, stored atomic.Int64
 	mu                            sync.Mutex
 	saved                         Totals
@@ -46,12 +56,44 @@ type Options struct {
 // they are this many (the writer commits up to writeBatch at a time).
 const queueLen = 8192
 
+// putBits is the Bloom filter's size (1 MiB): three bits a key, taken
+// from the key itself (a SHA-256), a few false positives in a thousand at
+// a million keys; a false positive only costs a lookup.
+const putBits = 1 << 23
+
+func bloomBits(k Key) [3]uint64 {
+	return [3]uint64{binary.LittleEndian.Uint64(k[0:]) % putBits, binary.LittleEndian.Uint64(k[8:]) % putBits, binary.LittleEndian.Uint64(k[16:]) % putBits}
+}
+
+func (c *Cache) markPut(k Key) {
+	for _, b := range bloomBits(k) {
+		c.put[b/64].Or(1 << (b % 64))
+	}
+}
+
+// mayHold is false when the store cannot hold k: it holds only what this
+// Cache put, and k was not put.
+func (c *Cache) mayHold(k Key) bool {
+	if c.sole == nil || !c.sole.Sole() {
+		return true
+	}
+	for _, b := range bloomBits(k) {
+		if c.put[b/64].Load()&(1<<(b%64)) == 0 {
+			return false
+		}
+	}
+	return true
+}
+
 // New starts a Cache in front of s; Close stops it.
 func New(s Store, o Options) *Cache {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	c := &Cache{store: s, log: o.Logger, advice: o.Advice, queue: make(chan Stored, queueLen), bad: make(chan Key, queueLen), done: make(chan struct{})}
+	if so, ok := s.(interface{ Sole() bool }); ok {
+		c.sole, c.put = so, make([]atomic.Uint64, putBits/64)
+	}
 	go c.write()
 	return c
 }
@@ -78,7 +120,20 @@ func (c *Cache) Lookup(ctx context.Context, keys []Key) []Hit {
 		c.misses.Add(int64(len(keys)))
 		return hits
 	}
-	got, err := c.store.Get(ctx, keys)
+	ask := keys
+	if c.sole != nil && c.sole.Sole() {
+		ask = make([]Key, 0, len(keys))
+		for _, k := range keys {
+			if c.mayHold(k) {
+				ask = append(ask, k)
+			}
+		}
+	}
+	if len(ask) == 0 {
+		c.misses.Add(int64(len(keys)))
+		return hits
+	}
+	got, err := c.store.Get(ctx, ask)
 	if err != nil {
 		c.fail("read", err)
 		c.misses.Add(int64(len(keys)))
@@ -134,6 +189,9 @@ func (c *Cache) Put(k Key, e Entry) {
 	}
 	if e.At.IsZero() {
 		e.At = time.Now()
+	}
+	if c.put != nil {
+		c.markPut(k)
 	}
 	select {
 	case c.queue <- seal(Record{Key: k, Entry: e}):

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"modernc.org/sqlite"
@@ -46,6 +47,12 @@ type File struct {
 
 	mu       sync.Mutex // one writer in the process at a time
 	sinceFit int        // entries put since the size was last checked
+
+	// sole: every entry in the file was put by this File, which opened
+	// it empty; lastSeq is the newest seq it wrote. Another process's
+	// commit shows as a newest seq not its own, at this File's next Put.
+	sole    atomic.Bool
+	lastSeq int64
 }
 
 // OpenFile opens (or makes) the cache in dir, bounded to maxBytes (0:
@@ -108,7 +115,15 @@ func (f *File) init(ctx context.Context) error {
 		return classify(err)
 	}
 	f.put, err = f.db.PrepareContext(ctx, "insert or replace into entry (key, seq, at, val, sum) values (?, ?, ?, ?, ?)")
-	return classify(err)
+	if err != nil {
+		return classify(err)
+	}
+	var some bool
+	if err := f.db.QueryRowContext(ctx, "select coalesce(max(seq), 0), exists(select 1 from entry) from entry").Scan(&f.lastSeq, &some); err != nil {
+		return classify(err)
+	}
+	f.sole.Store(!some)
+	return nil
 }
 
 // wal puts the file in WAL mode (kept in the file: set once). Changing
@@ -269,6 +284,10 @@ func (f *File) Put(ctx context.Context, entries []Stored) error {
 		if err := tx.QueryRowContext(ctx, "select coalesce(max(seq), 0) from entry").Scan(&seq); err != nil {
 			return err
 		}
+		if seq != f.lastSeq {
+			f.sole.Store(false)
+		}
+		f.lastSeq = seq + int64(len(entries))
 		// In key order: the entries land in the b-tree's leaves from left
 		// to right, each leaf read and written once a batch, and the pages
 		// above them stay in the page cache (random keys in arrival order
@@ -397,6 +416,11 @@ func (f *File) Clear(ctx context.Context, before time.Time) (int64, error) {
 	_, err = f.db.ExecContext(ctx, "pragma wal_checkpoint(truncate)")
 	return n, classify(err)
 }
+
+// Sole reports whether every entry in the file was put through this File
+// since it opened the file empty (as far as its last Put could tell): a
+// key it never put is then not there, and need not be looked up.
+func (f *File) Sole() bool { return f.sole.Load() }
 
 // Close implements Store.
 func (f *File) Close() error { return f.db.Close() }
