@@ -65,12 +65,12 @@ type ChatConfig struct {
 	MaxCompletionTokens int
 	ServiceTier         string
 	Concurrency         int
-	Timeout        time.Duration
-	ConnectTimeout time.Duration
-	UserAgent      string
-	BillTo         string
-	Client         *http.Client
-	Logger         *slog.Logger
+	Timeout             time.Duration
+	ConnectTimeout      time.Duration
+	UserAgent           string
+	BillTo              string
+	Client              *http.Client
+	Logger              *slog.Logger
 }
 
 // Chat classifies a text by asking an OpenAI-compatible chat model to
@@ -274,8 +274,8 @@ type chatRequest struct {
 	Temperature *float64 `json:"temperature,omitempty"`
 	MaxTokens   int      `json:"max_tokens,omitempty"`
 	Logprobs    bool     `json:"logprobs,omitempty"`
-	TopLogprobs int           `json:"top_logprobs,omitempty"`
-	Stream      bool          `json:"stream"`
+	TopLogprobs int      `json:"top_logprobs,omitempty"`
+	Stream      bool     `json:"stream"`
 	// The constraint's field, when there is one (constraintFields).
 	ResponseFormat    json.RawMessage `json:"response_format,omitempty"`
 	StructuredOutputs json.RawMessage `json:"structured_outputs,omitempty"`
