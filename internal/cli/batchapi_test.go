@@ -379,3 +379,26 @@ func TestBatchNotPacedByLiveLimits(t *testing.T) {
 		t.Errorf("took %s: paced as live calls", d)
 	}
 }
+
+// The batch file is uploaded with its Content-Length, as the SDKs send
+// it: a provider that refuses chunked multipart takes it.
+func TestBatchUploadHasContentLength(t *testing.T) {
+	f := &fakehf.Batch{Token: batchKey, RefuseChunked: true}
+	srv := fakehf.StartBatch(f)
+	defer srv.Close()
+	defer f.Close()
+	in := writeFile(t, "in.csv", manyRows(5, func(i int) string { return fmt.Sprintf("lovely staff %d", i) }))
+	out := filepath.Join(t.TempDir(), "out.csv")
+	if r := batchRun(t, srv.URL, in, out); r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	for _, row := range readRows(t, out) {
+		if row["outcome"] != "success" {
+			t.Fatalf("row %v", row)
+		}
+	}
+	left, _ := filepath.Glob(filepath.Join(filepath.Dir(out), ".hfsent-batch-*"))
+	if len(left) != 0 {
+		t.Fatalf("spool files left: %v", left)
+	}
+}
