@@ -180,8 +180,8 @@ type ChatRequest struct {
 	MaxCompletionTokens int    `json:"max_completion_tokens"`
 	ReasoningEffort     string `json:"reasoning_effort"`
 	ServiceTier         string `json:"service_tier"`
-	Logprobs    bool     `json:"logprobs"`
-	TopLogprobs int      `json:"top_logprobs"`
+	Logprobs            bool   `json:"logprobs"`
+	TopLogprobs         int    `json:"top_logprobs"`
 	// The structured-output fields (chatshape.go).
 	ResponseFormat    json.RawMessage `json:"response_format"`
 	StructuredOutputs json.RawMessage `json:"structured_outputs"`

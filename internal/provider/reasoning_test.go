@@ -26,7 +26,7 @@ func TestChatReasoningModelLabelsEveryRow(t *testing.T) {
 				t.Fatalf("%s: %v", model, err)
 			}
 			p := ans.Predictions[0]
-			if (p.Usage.Reasoning != 600 || p.Usage.Completion < 600) {
+			if p.Usage.Reasoning != 600 || p.Usage.Completion < 600 {
 				t.Fatalf("%s: usage %+v, want 600 reasoning tokens in the completion", model, p.Usage)
 			}
 		}
@@ -35,7 +35,7 @@ func TestChatReasoningModelLabelsEveryRow(t *testing.T) {
 		_ = json.Unmarshal(bodies[len(bodies)-1], &req)
 		_, hasMax := req["max_tokens"]
 		_, hasTemp := req["temperature"]
-		if (hasMax || hasTemp || req["max_completion_tokens"].(float64) < 8192) {
+		if hasMax || hasTemp || req["max_completion_tokens"].(float64) < 8192 {
 			t.Fatalf("%s: request %s: want max_completion_tokens with room to reason, no max_tokens, no temperature", model, bodies[0])
 		}
 		srv.Close()
