@@ -207,18 +207,7 @@ func (c *Chat) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		c.serveContext(w, r) // not a call: not counted
 		return
 	}
-	n := c.calls.Add(1)
-	body, _ := io.ReadAll(io.LimitReader(r.Body, 8<<20))
-	c.mu.Lock()
-	if c.firstCall.IsZero() {
-		c.firstCall = time.Now()
-	}
-	refusing := time.Since(c.firstCall) < c.RefuseFor
-	if !c.NoRecord {
-		c.bodies = append(c.bodies, body)
-		c.headers = append(c.headers, r.Header.Clone())
-	}
-	c.mu.Unlock()
+	n, body, refusing := c.record(r)
 	w.Header().Set("Content-Type", "application/json")
 	if refusing {
 		c.rejected.Add(1)
@@ -358,6 +347,23 @@ func (c *Chat) magicError(w http.ResponseWriter, req ChatRequest, text string) b
 		return false
 	}
 	return true
+}
+
+// record counts and keeps a call: its number, its body, and whether
+// RefuseFor still refuses it.
+func (c *Chat) record(r *http.Request) (n int64, body []byte, refusing bool) {
+	n = c.calls.Add(1)
+	body, _ = io.ReadAll(io.LimitReader(r.Body, 8<<20))
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.firstCall.IsZero() {
+		c.firstCall = time.Now()
+	}
+	if !c.NoRecord {
+		c.bodies = append(c.bodies, body)
+		c.headers = append(c.headers, r.Header.Clone())
+	}
+	return n, body, time.Since(c.firstCall) < c.RefuseFor
 }
 
 func (c *Chat) content(text string) string {
