@@ -2,6 +2,7 @@ package cli
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/spf13/pflag"
 
@@ -25,6 +26,9 @@ func addLabelFlags(fs *pflag.FlagSet, o *stage.Config) {
 	fs.StringVar(&o.PromptFile, "prompt-file", "", "chat: a template sent as the user message instead of the default instruction; {labels} is replaced by the labels, {text} (required) by the row's text")
 	fs.StringVar(&o.TokenEnv, "token-env", "", "read the token from this environment variable instead of HF_TOKEN and the token file (e.g. OPENAI_API_KEY)")
 	addConstrainFlag(fs, &o.Constrain)
+	fs.StringVar(&o.ReasoningEffort, "reasoning-effort", "", "chat: a reasoning model's effort, sent as reasoning_effort: "+strings.Join(provider.ReasoningEfforts, ", ")+"; it also says the model is a reasoning model (sent max_completion_tokens, no temperature), as a gpt-5*, o1*, o3* or o4* name does (\"\": none sent)")
+	fs.IntVar(&o.MaxCompletionTokens, "max-completion-tokens", 0, "chat: the answer's token cap, reasoning tokens included (0: the longest label's room, and for a reasoning model the effort's: 1024 minimal, 4096 low, 8192 medium, 25000 high; else "+rangeHelp(1, provider.MaxCompletionTokens)+")")
+	fs.StringVar(&o.ServiceTier, "service-tier", "", "chat: OpenAI's service tier, sent as service_tier: "+strings.Join(provider.ServiceTiers, ", ")+" (flex: about half the price, slower, may answer 429; the answer's own tier prices the call; \"\": none sent)")
 	fs.IntVar(&o.TPM, "tpm", 0, "tokens per minute (prompt and completion) sent to a chat provider, paced at tpm/60 a second (0: paced by the server's x-ratelimit headers, else "+rangeHelp(1, maxTPM)+")")
 }
 

@@ -45,6 +45,10 @@ func summaryLine(s engine.Summary) string {
 	if s.Provider.TokenCalls > 0 {
 		// Only a provider that reports usage (chat) has tokens to count.
 		fmt.Fprintf(&b, " prompt_tokens=%d completion_tokens=%d", s.Provider.PromptTokens, s.Provider.CompletionTokens)
+		if s.Provider.ReasoningTokens > 0 {
+			// A reasoning model's, of completion_tokens: billed as output.
+			fmt.Fprintf(&b, " reasoning_tokens=%d", s.Provider.ReasoningTokens)
+		}
 	}
 	if s.Spend.Priced {
 		// Only with prices, or a server that reports its own costs.
@@ -76,9 +80,11 @@ type summaryJSON struct {
 	// Tokens the provider reported (chat; 0 for the others).
 	PromptTokens     int64 `json:"prompt_tokens"`
 	CompletionTokens int64 `json:"completion_tokens"`
-	Kept             int64 `json:"kept"`
-	Reused           int64 `json:"reused"`
-	CacheHits        int64 `json:"cache_hits"`
+	// ReasoningTokens are a reasoning model's, counted in completion_tokens.
+	ReasoningTokens int64 `json:"reasoning_tokens"`
+	Kept            int64 `json:"kept"`
+	Reused          int64 `json:"reused"`
+	CacheHits       int64 `json:"cache_hits"`
 	// CostUSD is what the calls cost, SavedUSD what the cache's hits
 	// would have: null when no price is known.
 	CostUSD    *float64       `json:"cost_usd"`
@@ -174,6 +180,7 @@ func writeSummaryJSON(path string, s engine.Summary, v verdict, q *qualityRun, c
 		FallbackCalls:    s.Provider.FallbackCalls,
 		PromptTokens:     s.Provider.PromptTokens,
 		CompletionTokens: s.Provider.CompletionTokens,
+		ReasoningTokens:  s.Provider.ReasoningTokens,
 		Kept:             s.Kept,
 		Reused:           s.Reused,
 		CacheHits:        s.CacheHits,

@@ -378,6 +378,7 @@ func addLaterStages(st *resilience.Stats, later []StageSummary) {
 	for _, s := range later {
 		st.PromptTokens += s.Provider.PromptTokens
 		st.CompletionTokens += s.Provider.CompletionTokens
+		st.ReasoningTokens += s.Provider.ReasoningTokens
 		st.TokenCalls += s.Provider.TokenCalls
 	}
 }

@@ -33,6 +33,16 @@ import (
 //	#401#          401 invalid_api_key, echoing the key it was sent
 //	#403#          403
 //	#500#          500
+//	#refusal#      content null and a refusal (a structured-output refusal)
+//	#filtered#     content null, finish_reason content_filter
+//	#length#       {"label": "Pos, cut: finish_reason length
+//
+// A reasoning model's name (gpt-5*, o1*, o3*, o4*) refuses max_tokens (400
+// unsupported_parameter) and a temperature other than 1 (400
+// unsupported_value), as OpenAI does; its answers spend ReasoningTokens
+// (in completion_tokens_details), and one whose max_completion_tokens
+// leaves no room for them is cut (finish_reason length, content "").
+// service_tier is answered as asked ("auto": "default").
 //
 // Otherwise the answer is Label(text) in title case ("Positive.", with a
 // full stop, as chat models write it), or what Answer says; under a
@@ -92,6 +102,8 @@ type Chat struct {
 	BusyFirst int64
 	// Raw, when set, is the body of every 200 (a hostile server's).
 	Raw func(req ChatRequest) string
+	// ReasoningTokens is what a reasoning model's answer spends reasoning.
+	ReasoningTokens int
 
 	calls, rejected atomic.Int64
 	tokens          atomic.Int64 // tokens charged to accepted calls
@@ -163,9 +175,13 @@ type ChatRequest struct {
 		Content string `json:"content"`
 	} `json:"messages"`
 	Temperature *float64 `json:"temperature"`
-	MaxTokens   int      `json:"max_tokens"`
-	Logprobs    bool     `json:"logprobs"`
-	TopLogprobs int      `json:"top_logprobs"`
+	MaxTokens   *int     `json:"max_tokens"`
+	// OpenAI's fields.
+	MaxCompletionTokens int    `json:"max_completion_tokens"`
+	ReasoningEffort     string `json:"reasoning_effort"`
+	ServiceTier         string `json:"service_tier"`
+	Logprobs            bool   `json:"logprobs"`
+	TopLogprobs         int    `json:"top_logprobs"`
 	// The structured-output fields (chatshape.go).
 	ResponseFormat    json.RawMessage `json:"response_format"`
 	StructuredOutputs json.RawMessage `json:"structured_outputs"`
@@ -191,18 +207,7 @@ func (c *Chat) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		c.serveContext(w, r) // not a call: not counted
 		return
 	}
-	n := c.calls.Add(1)
-	body, _ := io.ReadAll(io.LimitReader(r.Body, 8<<20))
-	c.mu.Lock()
-	if c.firstCall.IsZero() {
-		c.firstCall = time.Now()
-	}
-	refusing := time.Since(c.firstCall) < c.RefuseFor
-	if !c.NoRecord {
-		c.bodies = append(c.bodies, body)
-		c.headers = append(c.headers, r.Header.Clone())
-	}
-	c.mu.Unlock()
+	n, body, refusing := c.record(r)
 	w.Header().Set("Content-Type", "application/json")
 	if refusing {
 		c.rejected.Add(1)
@@ -262,38 +267,103 @@ func (c *Chat) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !sleep(r, c.Latency) {
 		return
 	}
-	switch {
-	case strings.Contains(text, "#429#") && c.first(text):
-		w.Header().Set("X-Ratelimit-Remaining-Requests", "0")
-		w.Header().Set("X-Ratelimit-Reset-Requests", "20ms")
-		oaiError(w, 429, "requests", "rate_limit_exceeded", "Rate limit reached for requests per min (RPM): Limit 3, Used 3, Requested 1.")
-		return
-	case strings.Contains(text, "#quota#"):
-		oaiError(w, 429, "insufficient_quota", "insufficient_quota", "You exceeded your current quota, please check your plan and billing details.")
-		return
-	case strings.Contains(text, "#context#"):
-		oaiError(w, 400, "invalid_request_error", "context_length_exceeded", "This model's maximum context length is 8192 tokens. However, your messages resulted in 9000 tokens.")
-		return
-	case strings.Contains(text, "#500#"):
-		oaiError(w, 500, "server_error", "", "The server had an error while processing your request.")
-		return
-	case req.Logprobs && (c.RefuseLogprobs || strings.Contains(text, "#refuse-logprobs#")):
-		oaiError(w, 400, "invalid_request_error", "", "logprobs is not supported for this model")
+	if c.magicError(w, req, text) {
 		return
 	}
 	if c.Raw != nil {
 		_, _ = w.Write([]byte(c.Raw(req)))
 		return
 	}
+	c.answer(w, req, text, ch, prompt, completion)
+}
+
+// answer writes the 200: choices[0] (ch, cut or refused as the text or
+// the reasoning model's cap says), the usage and the service tier.
+func (c *Chat) answer(w http.ResponseWriter, req ChatRequest, text string, ch map[string]any, prompt, completion int) {
+	msg := ch["message"].(map[string]any)
+	reasoning := 0
+	if isReasoning(req.Model) {
+		reasoning = c.ReasoningTokens
+	}
+	switch {
+	case strings.Contains(text, "#refusal#"):
+		msg["content"], msg["refusal"], ch["logprobs"] = nil, "I'm sorry, I cannot help with that.", nil
+	case strings.Contains(text, "#filtered#"):
+		msg["content"], ch["finish_reason"], ch["logprobs"] = nil, "content_filter", nil
+	case strings.Contains(text, "#length#"):
+		msg["content"], ch["finish_reason"], ch["logprobs"] = `{"label": "Pos`, "length", nil
+	case reasoning > 0 && req.MaxCompletionTokens > 0 && req.MaxCompletionTokens < reasoning+completion:
+		reasoning = req.MaxCompletionTokens
+		msg["content"], ch["finish_reason"], ch["logprobs"], completion = "", "length", nil, 0
+	}
 	out := map[string]any{
 		"id": "chatcmpl-fake", "object": "chat.completion", "model": req.Model,
 		"choices": []any{ch},
 	}
+	if req.ServiceTier != "" {
+		out["service_tier"] = strings.Replace(req.ServiceTier, "auto", "default", 1)
+	}
 	if !strings.Contains(text, "#nousage#") {
-		out["usage"] = map[string]int{"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+		completion += reasoning
+		out["usage"] = map[string]any{"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
+			"completion_tokens_details": map[string]int{"reasoning_tokens": reasoning}}
 	}
 	b, _ := json.Marshal(out)
 	_, _ = w.Write(b)
+}
+
+// isReasoning is the fake's rule for a reasoning model's name.
+func isReasoning(model string) bool {
+	model = model[strings.LastIndexByte(model, '/')+1:]
+	for _, p := range []string{"gpt-5", "o1", "o3", "o4"} {
+		if strings.HasPrefix(model, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// magicError answers the error a magic text, or a reasoning model's
+// refusal of a parameter, asks for; false when there is none.
+func (c *Chat) magicError(w http.ResponseWriter, req ChatRequest, text string) bool {
+	switch {
+	case isReasoning(req.Model) && req.MaxTokens != nil:
+		oaiError(w, 400, "invalid_request_error", "unsupported_parameter", "Unsupported parameter: 'max_tokens' is not supported with this model. Use 'max_completion_tokens' instead.")
+	case isReasoning(req.Model) && req.Temperature != nil && *req.Temperature != 1:
+		oaiError(w, 400, "invalid_request_error", "unsupported_value", "Unsupported value: 'temperature' does not support 0 with this model. Only the default (1) value is supported.")
+	case strings.Contains(text, "#429#") && c.first(text):
+		w.Header().Set("X-Ratelimit-Remaining-Requests", "0")
+		w.Header().Set("X-Ratelimit-Reset-Requests", "20ms")
+		oaiError(w, 429, "requests", "rate_limit_exceeded", "Rate limit reached for requests per min (RPM): Limit 3, Used 3, Requested 1.")
+	case strings.Contains(text, "#quota#"):
+		oaiError(w, 429, "insufficient_quota", "insufficient_quota", "You exceeded your current quota, please check your plan and billing details.")
+	case strings.Contains(text, "#context#"):
+		oaiError(w, 400, "invalid_request_error", "context_length_exceeded", "This model's maximum context length is 8192 tokens. However, your messages resulted in 9000 tokens.")
+	case strings.Contains(text, "#500#"):
+		oaiError(w, 500, "server_error", "", "The server had an error while processing your request.")
+	case req.Logprobs && (c.RefuseLogprobs || strings.Contains(text, "#refuse-logprobs#")):
+		oaiError(w, 400, "invalid_request_error", "", "logprobs is not supported for this model")
+	default:
+		return false
+	}
+	return true
+}
+
+// record counts and keeps a call: its number, its body, and whether
+// RefuseFor still refuses it.
+func (c *Chat) record(r *http.Request) (n int64, body []byte, refusing bool) {
+	n = c.calls.Add(1)
+	body, _ = io.ReadAll(io.LimitReader(r.Body, 8<<20))
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.firstCall.IsZero() {
+		c.firstCall = time.Now()
+	}
+	if !c.NoRecord {
+		c.bodies = append(c.bodies, body)
+		c.headers = append(c.headers, r.Header.Clone())
+	}
+	return n, body, time.Since(c.firstCall) < c.RefuseFor
 }
 
 func (c *Chat) content(text string) string {

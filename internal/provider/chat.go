@@ -56,14 +56,21 @@ type ChatConfig struct {
 	// gives the model (Ollama's and vLLM's APIs), so that a prompt it cut
 	// to fit is told apart from a whole one. Not for the router, which
 	// has no such API.
-	ReadContext    bool
-	Concurrency    int
-	Timeout        time.Duration
-	ConnectTimeout time.Duration
-	UserAgent      string
-	BillTo         string
-	Client         *http.Client
-	Logger         *slog.Logger
+	ReadContext bool
+	// ReasoningEffort is --reasoning-effort ("" sends none): it also says
+	// the model is a reasoning model. MaxCompletionTokens is
+	// --max-completion-tokens (0: the label's room, and a reasoning
+	// model's effort's). ServiceTier is --service-tier ("" sends none).
+	ReasoningEffort     string
+	MaxCompletionTokens int
+	ServiceTier         string
+	Concurrency         int
+	Timeout             time.Duration
+	ConnectTimeout      time.Duration
+	UserAgent           string
+	BillTo              string
+	Client              *http.Client
+	Logger              *slog.Logger
 }
 
 // Chat classifies a text by asking an OpenAI-compatible chat model to
@@ -101,6 +108,15 @@ type Chat struct {
 	// The server's context, read once after the first answer.
 	ctxOnce   sync.Once
 	serverCtx atomic.Pointer[ServerContext]
+	// reasoning is set when the model is a reasoning model (its name,
+	// --reasoning-effort, or the server's refusal, learnt once: reasoning.go);
+	// openAI when the endpoint is OpenAI's API, which takes
+	// max_completion_tokens for every model.
+	reasoning     atomic.Bool
+	reasoningOnce sync.Once
+	openAI        bool
+	// finishOnce logs the first finish_reason hfsent does not know.
+	finishOnce sync.Once
 }
 
 // NewChat returns a client for cfg.
@@ -135,7 +151,9 @@ func NewChat(cfg ChatConfig) (*Chat, error) {
 	}
 	c.constraint.Store(int32(start))
 	c.fields = newConstraintFields(c.labels)
-	c.maxTokens = maxTokensFor(start, c.longestRunes, c.longestBytes)
+	c.reasoning.Store(cfg.ReasoningEffort != "" || IsReasoningModel(cfg.Model))
+	c.openAI = isOpenAI(ep)
+	c.maxTokens = c.completionCap(start, c.reasoning.Load())
 	c.topLogprobs = min(max(len(c.labels), 5), MaxTopLogprobs)
 	c.labelsText = strings.Join(c.labels, ", ")
 	if cfg.Prompt == "" {
@@ -248,16 +266,24 @@ type chatMessage struct {
 }
 
 type chatRequest struct {
-	Model       string        `json:"model"`
-	Messages    []chatMessage `json:"messages"`
-	Temperature float64       `json:"temperature"` // 0, sent: the default is 1
-	MaxTokens   int           `json:"max_tokens"`
-	Logprobs    bool          `json:"logprobs,omitempty"`
-	TopLogprobs int           `json:"top_logprobs,omitempty"`
-	Stream      bool          `json:"stream"`
+	Model    string        `json:"model"`
+	Messages []chatMessage `json:"messages"`
+	// Temperature is 0, sent (the default is 1), but to a reasoning model,
+	// which takes none; MaxTokens is the cap but for OpenAI's API and
+	// reasoning models, which take MaxCompletionTokens (setParams).
+	Temperature *float64 `json:"temperature,omitempty"`
+	MaxTokens   int      `json:"max_tokens,omitempty"`
+	Logprobs    bool     `json:"logprobs,omitempty"`
+	TopLogprobs int      `json:"top_logprobs,omitempty"`
+	Stream      bool     `json:"stream"`
 	// The constraint's field, when there is one (constraintFields).
 	ResponseFormat    json.RawMessage `json:"response_format,omitempty"`
 	StructuredOutputs json.RawMessage `json:"structured_outputs,omitempty"`
+	// OpenAI's fields, after the others: a body without them is the same
+	// bytes as before they were known.
+	MaxCompletionTokens int    `json:"max_completion_tokens,omitempty"`
+	ReasoningEffort     string `json:"reasoning_effort,omitempty"`
+	ServiceTier         string `json:"service_tier,omitempty"`
 }
 
 // sendOpts is what a call is sent with: logprobs or not, the constraint,
@@ -291,8 +317,8 @@ func (c *Chat) messages(text string) []chatMessage {
 const correction = "That answer names none of the labels. Answer again with exactly one of these labels, written as given, and nothing else: "
 
 func (c *Chat) request(text string, o sendOpts) chatRequest {
-	req := chatRequest{Model: c.cfg.Model, Messages: c.messages(text),
-		MaxTokens: maxTokensFor(o.constraint, c.longestRunes, c.longestBytes)}
+	req := chatRequest{Model: c.cfg.Model, Messages: c.messages(text)}
+	c.setParams(&req, o.constraint)
 	if o.unlabelled != nil {
 		req.Messages = append(req.Messages,
 			chatMessage{Role: "assistant", Content: *o.unlabelled},
@@ -342,6 +368,8 @@ func (c *Chat) one(ctx context.Context, call Call, text string) (Prediction, Lim
 			c.warnOnce.Do(func() {
 				c.logWarn(fmt.Sprintf("%s refused logprobs (HTTP %d); asking without them for the rest of the run: the score column is blank", c.base.host, pe.Status))
 			})
+		case ok && !c.reasoning.Load() && refusesNonReasoning(pe):
+			c.learnReasoning(pe)
 		case ok && refusesConstraint(pe, o.constraint) && c.auto:
 			c.stepDown(o.constraint, pe)
 		case ok && refusesConstraint(pe, o.constraint):
@@ -418,10 +446,16 @@ func (c *Chat) parse(body []byte, msgs []chatMessage, o sendOpts) (Prediction, e
 	if !ok {
 		return Prediction{}, &Error{Outcome: outcome.UpstreamPayload, Status: 200, Msg: "not a chat completion: " + why}
 	}
+	if e := c.stopped(a); e != nil {
+		return Prediction{}, e
+	}
 	if e := c.truncated(a.usage, msgs); e != nil {
 		return Prediction{}, e
 	}
 	i, several, form := c.label(a.content)
+	if i < 0 && a.finish == "length" {
+		return Prediction{}, c.cutAtCap(a)
+	}
 	ignored := o.constraint == ConstrainJSONSchema && form == formText ||
 		o.constraint != ConstrainOff && o.constraint != ConstrainJSONSchema && i < 0
 	if ignored {

@@ -22,6 +22,12 @@ type chatAnswer struct {
 	// logprob, top_logprobs that is not a list): the score is blank then.
 	tokens []answerToken
 	lpOK   bool
+	// finish is choices[0].finish_reason ("" when absent); refusal the
+	// message's refusal (a structured-output refusal); noContent is set
+	// when content was null (or absent) beside a refusal or a
+	// finish_reason, which is an answer, not a malformed one.
+	finish, refusal string
+	noContent       bool
 }
 
 type answerToken struct {
@@ -40,10 +46,13 @@ type answerDoc struct {
 	Choices []struct {
 		Message *struct {
 			Content json.RawMessage `json:"content"`
+			Refusal json.RawMessage `json:"refusal"`
 		} `json:"message"`
-		Logprobs json.RawMessage `json:"logprobs"`
+		Logprobs     json.RawMessage `json:"logprobs"`
+		FinishReason json.RawMessage `json:"finish_reason"`
 	} `json:"choices"`
-	Usage json.RawMessage `json:"usage"`
+	Usage       json.RawMessage `json:"usage"`
+	ServiceTier json.RawMessage `json:"service_tier"`
 }
 
 // readChatAnswer decodes a 200's body; ok is false when it is not a chat
@@ -60,14 +69,36 @@ func readChatAnswer(body []byte) (a chatAnswer, why string, ok bool) {
 	if len(doc.Choices) == 0 || doc.Choices[0].Message == nil {
 		return a, "no choices[0].message.content", false
 	}
-	content, ok := readContent(doc.Choices[0].Message.Content)
-	if !ok {
+	ch := doc.Choices[0]
+	a.finish, a.refusal = rawString(ch.FinishReason), rawString(ch.Message.Refusal)
+	content, ok := readContent(ch.Message.Content)
+	if !ok && a.refusal == "" && a.finish == "" {
 		return a, "no choices[0].message.content", false
 	}
-	a.content = content
+	a.content, a.noContent = content, !ok
 	a.usage = readUsage(doc.Usage)
-	a.tokens, a.lpOK = readLogprobs(doc.Choices[0].Logprobs)
+	a.usage.Tier = tierOf(rawString(doc.ServiceTier))
+	a.tokens, a.lpOK = readLogprobs(ch.Logprobs)
 	return a, "", true
+}
+
+// rawString is raw as a string, "" when it is not one (null, absent).
+func rawString(raw json.RawMessage) string {
+	var s string
+	if len(raw) == 0 || json.Unmarshal(raw, &s) != nil {
+		return ""
+	}
+	return s
+}
+
+// tierOf is an answer's service_tier as the ledger prices it: one of
+// ServiceTiers ("scale" and anything else read as "": the default price).
+func tierOf(s string) string {
+	switch s = strings.ToLower(strings.TrimSpace(s)); s {
+	case "flex", "priority":
+		return s
+	}
+	return ""
 }
 
 // readContent reads a message's content: a string, or a list of parts
@@ -110,6 +141,11 @@ func readUsage(raw json.RawMessage) Usage {
 		// (OpenRouter's usage.cost): the spend ledger takes it over any
 		// price.
 		Cost json.RawMessage `json:"cost"`
+		// Details holds reasoning_tokens (a reasoning model's, counted in
+		// completion_tokens and billed as output).
+		Details struct {
+			Reasoning json.RawMessage `json:"reasoning_tokens"`
+		} `json:"completion_tokens_details"`
 	}
 	if len(raw) == 0 || json.Unmarshal(raw, &doc) != nil {
 		return Usage{}
@@ -123,6 +159,9 @@ func readUsage(raw json.RawMessage) Usage {
 	}
 	if f, ok := usageNumber(doc.Cost); ok {
 		u.Cost, u.Costed = f, true
+	}
+	if n, ok := tokenCount(doc.Details.Reasoning); ok {
+		u.Reasoning = n
 	}
 	return u
 }

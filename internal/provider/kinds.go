@@ -50,6 +50,11 @@ type Spec struct {
 	Prompt string
 	// Constrain is chat's --constrain ("" is auto).
 	Constrain string
+	// ReasoningEffort, MaxCompletionTokens and ServiceTier are chat's
+	// --reasoning-effort, --max-completion-tokens and --service-tier.
+	ReasoningEffort     string
+	MaxCompletionTokens int
+	ServiceTier         string
 	// Client overrides the HTTP client (check's, which keeps the last
 	// answer); nil builds one.
 	Client *http.Client
@@ -115,20 +120,23 @@ func openHF(api string) func(Spec) (Classifier, Info, error) {
 // openChat makes the OpenAI-compatible chat client.
 func openChat(s Spec) (Classifier, Info, error) {
 	c, err := NewChat(ChatConfig{
-		Model:          s.Model,
-		Endpoint:       s.Endpoint,
-		Token:          s.Token,
-		Labels:         s.Labels,
-		Prompt:         s.Prompt,
-		Constrain:      s.Constrain,
-		ReadContext:    true, // asked of a server other than the router only
-		Concurrency:    s.Concurrency,
-		Timeout:        s.Timeout,
-		ConnectTimeout: s.ConnectTimeout,
-		UserAgent:      s.UserAgent,
-		Client:         s.Client,
-		BillTo:         s.BillTo,
-		Logger:         s.Logger,
+		Model:               s.Model,
+		Endpoint:            s.Endpoint,
+		Token:               s.Token,
+		Labels:              s.Labels,
+		Prompt:              s.Prompt,
+		Constrain:           s.Constrain,
+		ReadContext:         true, // asked of a server other than the router only
+		ReasoningEffort:     s.ReasoningEffort,
+		MaxCompletionTokens: s.MaxCompletionTokens,
+		ServiceTier:         s.ServiceTier,
+		Concurrency:         s.Concurrency,
+		Timeout:             s.Timeout,
+		ConnectTimeout:      s.ConnectTimeout,
+		UserAgent:           s.UserAgent,
+		Client:              s.Client,
+		BillTo:              s.BillTo,
+		Logger:              s.Logger,
 	})
 	if err != nil {
 		return nil, Info{}, err

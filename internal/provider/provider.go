@@ -38,6 +38,13 @@ type Usage struct {
 	// price. Costed is false when it said nothing.
 	Cost   float64
 	Costed bool
+	// Reasoning is how many of the completion tokens a reasoning model
+	// spent reasoning (completion_tokens_details.reasoning_tokens): they
+	// are in Completion, and priced as output as OpenAI bills them.
+	Reasoning int
+	// Tier is the service tier that served the call, as its answer said
+	// ("flex" or "priority"; "" the default), which prices it.
+	Tier string
 }
 
 // MaxTokens is the most tokens a count holds: a server's usage above it is
@@ -51,8 +58,15 @@ func (u Usage) Total() int { return SatAdd(u.Prompt, u.Completion) }
 // Add sums two usages, each count at most MaxTokens; the sum is known (or
 // costed) when either is.
 func (u Usage) Add(v Usage) Usage {
-	return Usage{Prompt: SatAdd(u.Prompt, v.Prompt), Completion: SatAdd(u.Completion, v.Completion), Known: u.Known || v.Known,
-		Cost: u.Cost + v.Cost, Costed: u.Costed || v.Costed}
+	s := Usage{Prompt: SatAdd(u.Prompt, v.Prompt), Completion: SatAdd(u.Completion, v.Completion), Known: u.Known || v.Known,
+		Cost: u.Cost + v.Cost, Costed: u.Costed || v.Costed, Reasoning: SatAdd(u.Reasoning, v.Reasoning)}
+	switch {
+	case !u.Known && !u.Costed:
+		s.Tier = v.Tier
+	case !v.Known && !v.Costed || u.Tier == v.Tier:
+		s.Tier = u.Tier
+	} // a sum of calls served by different tiers has none
+	return s
 }
 
 // SatAdd is a+b for token counts in [0, MaxTokens]: at most MaxTokens,

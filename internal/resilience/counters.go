@@ -24,6 +24,9 @@ type Counters struct {
 	PromptTokens     atomic.Int64
 	CompletionTokens atomic.Int64
 	TokenCalls       atomic.Int64
+	// ReasoningTokens are the completion tokens a reasoning model spent
+	// reasoning (in CompletionTokens too).
+	ReasoningTokens atomic.Int64
 
 	// Observe, when set before the run, is told of every primary call's
 	// duration and result (for a latency histogram).
@@ -57,6 +60,7 @@ func (c *Counters) countUsage(r *Row, ans provider.Answer, err error) {
 	r.usage = r.usage.Add(u)
 	satAdd(&c.PromptTokens, int64(u.Prompt))
 	satAdd(&c.CompletionTokens, int64(u.Completion))
+	satAdd(&c.ReasoningTokens, int64(u.Reasoning))
 	c.TokenCalls.Add(1)
 }
 
@@ -126,6 +130,7 @@ type Stats struct {
 	FallbackCalls int64 // calls sent to later stages (--fallback-model, a cascade's)
 	// Tokens reported (chat); TokenCalls: the calls that reported them.
 	PromptTokens, CompletionTokens, TokenCalls int64
+	ReasoningTokens                            int64 // of CompletionTokens
 	RateLimited                                int64
 	Timeouts                                   int64
 	BreakerOpenings                            int64
@@ -153,6 +158,7 @@ func (c *Counters) Snapshot(elapsed time.Duration) Stats {
 		PromptTokens:     c.PromptTokens.Load(),
 		CompletionTokens: c.CompletionTokens.Load(),
 		TokenCalls:       c.TokenCalls.Load(),
+		ReasoningTokens:  c.ReasoningTokens.Load(),
 		RateLimited:      c.RateLimited.Load(),
 		Timeouts:         c.Timeouts.Load(),
 		BreakerOpenings:  c.BreakerOpenings.Load(),

@@ -35,6 +35,30 @@ type Price struct {
 	// says whether it did.
 	InBatch, OutBatch float64
 	Batch             bool
+	// Tiers are the prices of OpenAI's service tiers other than the
+	// default (LiteLLM's *_cost_per_token_flex and _priority), by the tier
+	// an answer says served it (provider.Usage.Tier); a tier without one
+	// is priced at In and Out.
+	Flex, Priority TierPrice
+}
+
+// TierPrice is one service tier's price, USD per token; Set when the
+// price list gives it.
+type TierPrice struct {
+	In, Out float64
+	Set     bool
+}
+
+// tier is the price of the tier named (nil for the default, or one the
+// list does not price).
+func (p *Price) tier(name string) *TierPrice {
+	switch {
+	case name == "flex" && p.Flex.Set:
+		return &p.Flex
+	case name == "priority" && p.Priority.Set:
+		return &p.Priority
+	}
+	return nil
 }
 
 // Cost is what usage u costs at p (batch: through a Batch API, at its
@@ -45,6 +69,9 @@ func (p Price) Cost(u provider.Usage, batch bool, discount float64) (usd float64
 		return 0, false
 	}
 	in, out := p.In, p.Out
+	if t := p.tier(u.Tier); t != nil {
+		in, out = t.In, t.Out
+	}
 	switch {
 	case batch && p.Batch:
 		in, out = p.InBatch, p.OutBatch
@@ -191,6 +218,9 @@ func entryPrice(e map[string]json.RawMessage) (Price, bool, error) {
 	if !have[0] && !have[1] {
 		return Price{}, false, nil
 	}
+	if err := entryTiers(e, &p); err != nil {
+		return Price{}, false, err
+	}
 	p.Batch = have[2] || have[3]
 	if p.Batch {
 		// A list that gives one batch price and not the other means the
@@ -268,4 +298,35 @@ func (ps Prices) AtBatch() Prices {
 func (ps Prices) HasBatch(model string) bool {
 	p, ok := ps.For(model)
 	return ok && (p.Batch || ps.BatchDiscount > 0)
+}
+
+// entryTiers reads an entry's flex and priority prices: a tier with one
+// of its two prices takes the default's for the other.
+func entryTiers(e map[string]json.RawMessage, p *Price) error {
+	for _, tier := range []string{"flex", "priority"} {
+		t := TierPrice{In: p.In, Out: p.Out}
+		for i, dir := range []string{"input", "output"} {
+			name := dir + "_cost_per_token_" + tier
+			raw, ok := e[name]
+			if !ok || string(raw) == "null" {
+				continue
+			}
+			v, err := cost(raw)
+			if err != nil {
+				return fmt.Errorf("%s: %w", name, err)
+			}
+			if i == 0 {
+				t.In = v
+			} else {
+				t.Out = v
+			}
+			t.Set = true
+		}
+		if tier == "flex" {
+			p.Flex = t
+		} else {
+			p.Priority = t
+		}
+	}
+	return nil
 }

@@ -58,6 +58,10 @@ type Config struct {
 	TPM        int    // tpm
 	Constrain  string // constrain
 
+	ReasoningEffort     string // reasoning-effort
+	MaxCompletionTokens int    // max-completion-tokens
+	ServiceTier         string // service-tier
+
 	Budget Budget
 
 	PriceIn  float64 // price-in

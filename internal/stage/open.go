@@ -189,6 +189,10 @@ func (c *Config) spec(token, userAgent string, log *slog.Logger) provider.Spec {
 		Prompt:         c.prompt,
 		Constrain:      c.Constrain,
 		Logger:         log,
+		// OpenAI's parameters (provider/reasoning.go).
+		ReasoningEffort:     c.ReasoningEffort,
+		MaxCompletionTokens: c.MaxCompletionTokens,
+		ServiceTier:         c.ServiceTier,
 	}
 }
 

@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/hfsent/hfsent/internal/budget"
@@ -205,6 +207,9 @@ func (c *Config) validLabels(kind provider.Kind) error {
 	if err := CheckConstrain(c.Constrain, c.given("constrain"), kind.Chat || strings.HasPrefix(fallback, ChatPrefix)); err != nil {
 		return err
 	}
+	if err := c.checkOpenAI(kind.Chat || strings.HasPrefix(fallback, ChatPrefix)); err != nil {
+		return err
+	}
 	if err := InRange("--tpm", c.TPM, 1, MaxTPM, "paced by the server's headers"); err != nil {
 		return err
 	}
@@ -374,3 +379,30 @@ func unwrapPathError(err error) error {
 	}
 	return err
 }
+
+// checkOpenAI refuses an OpenAI parameter that is no value of its flag,
+// or one given for a provider that is not chat.
+func (c *Config) checkOpenAI(chat bool) error {
+	if c.ReasoningEffort != "" && !slices.Contains(provider.ReasoningEfforts, c.ReasoningEffort) {
+		return fmt.Errorf("--reasoning-effort: want one of %s, got %q", strings.Join(provider.ReasoningEfforts, ", "), c.ReasoningEffort)
+	}
+	if c.ServiceTier != "" && !slices.Contains(provider.ServiceTiers, c.ServiceTier) {
+		return fmt.Errorf("--service-tier: want one of %s, got %q", strings.Join(provider.ServiceTiers, ", "), c.ServiceTier)
+	}
+	if err := InRange("--max-completion-tokens", c.MaxCompletionTokens, 1, provider.MaxCompletionTokens, "the label's room"); err != nil {
+		return err
+	}
+	if !chat && (c.ReasoningEffort != "" || c.ServiceTier != "" || c.MaxCompletionTokens != 0) {
+		return errors.New("--reasoning-effort, --max-completion-tokens and --service-tier are for --provider chat (or a chat:MODEL --fallback-model)")
+	}
+	if c.ServiceTier == "flex" && !c.given("timeout") {
+		// OpenAI's flex guide: answers take long; give a call 15 minutes.
+		// A 429 "resource unavailable" is retried as every 429 is.
+		c.Timeout = max(c.Timeout, FlexTimeout)
+	}
+	return nil
+}
+
+// FlexTimeout is --timeout's default with --service-tier flex, as
+// OpenAI's guide to the flex tier advises.
+const FlexTimeout = 15 * time.Minute
