@@ -5,6 +5,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/hfsent/hfsent/internal/labelset"
 	"github.com/hfsent/hfsent/internal/outcome"
 	"github.com/hfsent/hfsent/internal/provider"
 	"github.com/hfsent/hfsent/internal/stage"
@@ -22,6 +23,9 @@ const (
 // a --cascade's stage).
 func addLabelFlags(fs *pflag.FlagSet, o *stage.Config) {
 	fs.StringVar(&o.Labels, "labels", "", fmt.Sprintf("comma-separated labels the model must choose from (%d to %d, distinct; a label holds no comma and no quote): required with --provider chat; with --provider hf, zero-shot classification (sent as parameters.candidate_labels)", provider.MinLabels, provider.MaxLabels))
+	fs.StringVar(&o.LabelsFile, "labels-file", "", "a label file (YAML, or CSV when named *.csv): the task, each label's name, description and examples, and texts that fit none (docs/guides/labels.md); in place of --labels. chat: rendered as the system message, first and the same for every row (a prompt cache can reuse it); hf zero-shot: the descriptions are sent as the hypotheses")
+	fs.StringVar(&o.Examples, "examples", "", "chat: a labelled CSV (columns "+stage.ExamplesTextColumn+" and "+stage.ExamplesLabelColumn+") to choose few-shot examples from, --examples-per-label of each label, by the smallest SHA-256 of their texts (the same file gives the same prompt); added to the label file's own")
+	fs.IntVar(&o.ExamplesPerLabel, "examples-per-label", 3, "examples of each label chosen from --examples ("+rangeHelp(1, labelset.MaxPerLabel)+")")
 	fs.StringVar(&o.PromptFile, "prompt-file", "", "chat: a template sent as the user message instead of the default instruction; {labels} is replaced by the labels, {text} (required) by the row's text")
 	fs.StringVar(&o.TokenEnv, "token-env", "", "read the token from this environment variable instead of HF_TOKEN and the token file (e.g. OPENAI_API_KEY)")
 	addConstrainFlag(fs, &o.Constrain)

@@ -49,6 +49,12 @@ type ChatConfig struct {
 	// Prompt, when set, is a template with {labels} and {text} sent as the
 	// one user message instead of the default instruction and the text.
 	Prompt string
+	// System, when set, is the fixed part of the prompt (a label file
+	// rendered: instruction, labels, descriptions, examples), sent as the
+	// system message in place of the default instruction, the row's text
+	// after it. It is the same bytes for every row, so that a provider's
+	// prompt cache can reuse it. Not with Prompt.
+	System string
 	// Constrain is --constrain: how the server is made to choose a label
 	// (ParseConstrain; "" is auto).
 	Constrain string
@@ -138,8 +144,11 @@ func NewChat(cfg ChatConfig) (*Chat, error) {
 	c.maxTokens = maxTokensFor(start, c.longestRunes, c.longestBytes)
 	c.topLogprobs = min(max(len(c.labels), 5), MaxTopLogprobs)
 	c.labelsText = strings.Join(c.labels, ", ")
+	if cfg.Prompt != "" && cfg.System != "" {
+		return nil, errors.New("a prompt template and a label file's prompt contradict each other; give one")
+	}
 	if cfg.Prompt == "" {
-		c.fixedLen, c.textCount = len(strings.ReplaceAll(defaultInstruction, "{labels}", c.labelsText)), 1
+		c.fixedLen, c.textCount = len(c.system()), 1
 	} else {
 		// {labels} and {text} never overlap, so each is counted alone as
 		// the replacer (body) finds them.
@@ -281,9 +290,20 @@ func (c *Chat) messages(text string) []chatMessage {
 		return []chatMessage{{Role: "user", Content: r.Replace(c.cfg.Prompt)}}
 	}
 	return []chatMessage{
-		{Role: "system", Content: strings.ReplaceAll(defaultInstruction, "{labels}", c.labelsText)},
+		{Role: "system", Content: c.system()},
 		{Role: "user", Content: text},
 	}
+}
+
+// system is the system message: the label file's fixed part, else the
+// default instruction with the labels. Either is the same for every row
+// and comes first, the row's text last: a prompt cache keys on a prompt's
+// first tokens.
+func (c *Chat) system() string {
+	if c.cfg.System != "" {
+		return c.cfg.System
+	}
+	return strings.ReplaceAll(defaultInstruction, "{labels}", c.labelsText)
 }
 
 // correction is the turn a row's second call adds after its first answer,

@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -58,6 +59,12 @@ type HFConfig struct {
 	// Labels, when set, make the calls zero-shot: the labels are sent as
 	// parameters.candidate_labels (APIHF only).
 	Labels []string
+	// Hypotheses, when set (one per label, in order), are sent as the
+	// candidates instead of the labels, with Template as
+	// parameters.hypothesis_template when it is not "": a label file's
+	// descriptions. An answer's hypothesis is read back as its label.
+	Hypotheses []string
+	Template   string
 }
 
 // Request formats, as HFConfig.API names them.
@@ -332,9 +339,30 @@ func totalLen(texts []string) int {
 // API's text-classification payload.
 func (h *HF) body(texts []string) ([]byte, error) {
 	if len(h.cfg.Labels) > 0 {
-		return zeroShotPayload(texts, h.cfg.Labels)
+		return zeroShotPayload(texts, h.candidates(), h.cfg.Template)
 	}
 	return payload(h.api, texts)
+}
+
+// candidates are the zero-shot candidates sent: the hypotheses, else the
+// labels.
+func (h *HF) candidates() []string {
+	if len(h.cfg.Hypotheses) == len(h.cfg.Labels) && len(h.cfg.Hypotheses) > 0 {
+		return h.cfg.Hypotheses
+	}
+	return h.cfg.Labels
+}
+
+// labelsOfHypotheses reads each prediction's hypothesis back as its label.
+func (h *HF) labelsOfHypotheses(preds []Prediction) {
+	if len(h.cfg.Hypotheses) != len(h.cfg.Labels) || len(h.cfg.Hypotheses) == 0 {
+		return
+	}
+	for i := range preds {
+		if j := slices.Index(h.cfg.Hypotheses, preds[i].Label); j >= 0 {
+			preds[i].Label = h.cfg.Labels[j]
+		}
+	}
 }
 
 // Request implements Requester: the body a call for text alone would send.
@@ -432,7 +460,8 @@ func (h *HF) do(ctx, actx context.Context, req *http.Request, n int, timeout tim
 		h.served.Store(true)
 		var preds []Prediction
 		if len(h.cfg.Labels) > 0 {
-			preds, err = ParseZeroShot(body, n, h.cfg.Labels)
+			preds, err = ParseZeroShot(body, n, h.candidates())
+			h.labelsOfHypotheses(preds)
 		} else {
 			preds, err = ParseAnswer(body, n)
 		}

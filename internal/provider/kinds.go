@@ -48,6 +48,16 @@ type Spec struct {
 	Labels []string
 	// Prompt is chat's template ({labels}, {text}); "" the default.
 	Prompt string
+	// System is chat's fixed part (a label file rendered): sent as the
+	// system message, before the row's text, in place of the default
+	// instruction; "" the default. Not with Prompt.
+	System string
+	// Hypotheses, when set with hf's Labels (a label file's descriptions),
+	// are sent as the candidates in their place, one per label in order,
+	// with HypothesisTemplate; the answer's hypothesis is read back as its
+	// label.
+	Hypotheses         []string
+	HypothesisTemplate string
 	// Constrain is chat's --constrain ("" is auto).
 	Constrain string
 	// Client overrides the HTTP client (check's, which keeps the last
@@ -104,6 +114,8 @@ func openHF(api string) func(Spec) (Classifier, Info, error) {
 			BillTo:         s.BillTo,
 			Logger:         s.Logger,
 			Labels:         s.Labels,
+			Hypotheses:     s.Hypotheses,
+			Template:       s.HypothesisTemplate,
 		})
 		if err != nil {
 			return nil, Info{}, err
@@ -120,6 +132,7 @@ func openChat(s Spec) (Classifier, Info, error) {
 		Token:          s.Token,
 		Labels:         s.Labels,
 		Prompt:         s.Prompt,
+		System:         s.System,
 		Constrain:      s.Constrain,
 		ReadContext:    true, // asked of a server other than the router only
 		Concurrency:    s.Concurrency,

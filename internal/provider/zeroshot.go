@@ -10,13 +10,18 @@ import (
 )
 
 // zeroShotPayload is a zero-shot request: {"inputs": TEXT or [TEXTS],
-// "parameters": {"candidate_labels": [...]}}.
-func zeroShotPayload(texts, labels []string) ([]byte, error) {
+// "parameters": {"candidate_labels": [...]}}, with hypothesis_template
+// when template is not "".
+func zeroShotPayload(texts, labels []string, template string) ([]byte, error) {
 	var inputs any = texts
 	if len(texts) == 1 {
 		inputs = texts[0]
 	}
-	return json.Marshal(map[string]any{"inputs": inputs, "parameters": map[string]any{"candidate_labels": labels}})
+	params := map[string]any{"candidate_labels": labels}
+	if template != "" {
+		params["hypothesis_template"] = template
+	}
+	return json.Marshal(map[string]any{"inputs": inputs, "parameters": params})
 }
 
 // zeroShotAnswer is the older zero-shot answer: the labels sorted by score.

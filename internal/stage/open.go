@@ -177,18 +177,21 @@ func ResolveToken(getenv func(string) string, tokenEnv string) (provider.Token, 
 // spec is the client's settings.
 func (c *Config) spec(token, userAgent string, log *slog.Logger) provider.Spec {
 	return provider.Spec{
-		Model:          c.Model,
-		Endpoint:       c.Endpoint,
-		Token:          token,
-		Concurrency:    c.Concurrency,
-		Timeout:        c.Timeout,
-		ConnectTimeout: c.ConnectTimeout,
-		UserAgent:      userAgent,
-		BillTo:         c.BillTo,
-		Labels:         c.labels,
-		Prompt:         c.prompt,
-		Constrain:      c.Constrain,
-		Logger:         log,
+		Model:              c.Model,
+		Endpoint:           c.Endpoint,
+		Token:              token,
+		Concurrency:        c.Concurrency,
+		Timeout:            c.Timeout,
+		ConnectTimeout:     c.ConnectTimeout,
+		UserAgent:          userAgent,
+		BillTo:             c.BillTo,
+		Labels:             c.labels,
+		Prompt:             c.prompt,
+		System:             c.system,
+		Hypotheses:         c.hypotheses,
+		HypothesisTemplate: c.template,
+		Constrain:          c.Constrain,
+		Logger:             log,
 	}
 }
 
@@ -226,7 +229,10 @@ func (c *Config) For() (calibration.For, error) {
 	if kind.Remote && len(c.labels) > 0 {
 		f.Labels = c.labels
 	}
-	client, _, err := kind.New(provider.Spec{Model: c.Model, Endpoint: c.Endpoint, Labels: c.labels, Prompt: c.prompt, Constrain: c.Constrain})
+	// The request's hash covers the label set: its rendered prompt (chat)
+	// or hypotheses (zero-shot) are in the body.
+	client, _, err := kind.New(provider.Spec{Model: c.Model, Endpoint: c.Endpoint, Labels: c.labels, Prompt: c.prompt,
+		System: c.system, Hypotheses: c.hypotheses, HypothesisTemplate: c.template, Constrain: c.Constrain})
 	if err != nil {
 		return f, fmt.Errorf("--endpoint %w", err)
 	}

@@ -188,8 +188,11 @@ func (c *Config) validLabels(kind provider.Kind) error {
 			return err
 		}
 	}
-	if kind.Chat && !given {
-		return errors.New("--provider chat needs --labels a,b,...: the labels the model must answer with")
+	if err := c.readLabelSet(kind); err != nil {
+		return err
+	}
+	if kind.Chat && !given && c.set == nil {
+		return errors.New("--provider chat needs --labels a,b,... or --labels-file FILE: the labels the model must answer with")
 	}
 	if c.PromptFile != "" {
 		if !kind.Chat && !strings.HasPrefix(fallback, ChatPrefix) {
@@ -239,7 +242,7 @@ func (c *Config) readPrompt() error {
 // and the policies around it read: --provider local ignores them.
 var remoteFlags = []string{"model", "endpoint", "adaptive", "rps", "burst", "timeout", "connect-timeout", "retries",
 	"breaker-threshold", "breaker-window", "breaker-min-calls", "breaker-cooldown", "fallback-model", "fallback-endpoint", "bill-to",
-	"labels", "prompt-file", "token-env", "tpm", "constrain"}
+	"labels", "prompt-file", "token-env", "tpm", "constrain", "labels-file", "examples", "examples-per-label"}
 
 // Ignored lists the settings given that this provider ignores (the
 // embedded model reads none of the remote ones), as --flags.

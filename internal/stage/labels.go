@@ -1,0 +1,117 @@
+package stage
+
+import (
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/hfsent/hfsent/internal/input"
+	"github.com/hfsent/hfsent/internal/labelset"
+	"github.com/hfsent/hfsent/internal/provider"
+)
+
+// The columns --examples is read by: a labelled CSV of examples has a text
+// column and a label column under these names.
+const (
+	ExamplesTextColumn  = "text"
+	ExamplesLabelColumn = "label"
+)
+
+// Bounds of the label settings.
+const (
+	MaxTopK = provider.MaxLabels
+)
+
+// LabelSet is the label set Validate read (--labels-file, with the
+// examples --examples chose), nil without --labels-file or --examples.
+func (c *Config) LabelSet() *labelset.Set { return c.set }
+
+// System is the fixed part of a chat prompt the label set renders ("":
+// none, the default instruction).
+func (c *Config) System() string { return c.system }
+
+// readLabelSet reads --labels-file and --examples into the set, before
+// anything is opened or sent: every error names the file and the line.
+// The set's names become the labels; a chat model is sent the set
+// rendered (System), a zero-shot model its descriptions as hypotheses.
+func (c *Config) readLabelSet(kind provider.Kind) error {
+	fileGiven, exGiven := c.LabelsFile != "", c.Examples != ""
+	switch {
+	case c.given("examples-per-label") && !exGiven:
+		return errors.New("--examples-per-label needs --examples FILE.csv: the examples to choose from")
+	case !fileGiven && !exGiven:
+		return nil
+	case fileGiven && c.given("labels"):
+		return fmt.Errorf("--labels and --labels-file %s contradict each other: the file names the labels; give one", c.LabelsFile)
+	case c.PromptFile != "":
+		return errors.New("--prompt-file and a label file (--labels-file, --examples) contradict each other: the label file's prompt is rendered by hfsent, first and the same for every row, so that a prompt cache can reuse it; give one")
+	case kind.Endpoint != "":
+		return fmt.Errorf("--labels-file and --examples are not for --provider %s: its server takes no candidate labels", kind.Name)
+	case exGiven && !kind.Chat:
+		return errors.New("--examples is for --provider chat: a zero-shot model is sent no examples")
+	case exGiven && !fileGiven && !c.given("labels"):
+		return errors.New("--examples needs the labels: give --labels a,b,... or --labels-file FILE")
+	}
+	if err := InRange("--examples-per-label", c.ExamplesPerLabel, 1, labelset.MaxPerLabel, ""); err != nil {
+		return err
+	}
+	set, err := c.baseSet()
+	if err != nil {
+		return err
+	}
+	if exGiven {
+		if set, err = c.readExamples(set); err != nil {
+			return err
+		}
+	}
+	c.set, c.labels = set, set.Names()
+	if kind.Chat {
+		c.system = set.System(labelset.SingleInstruction)
+		return nil
+	}
+	z, err := set.ZeroShot("")
+	if err != nil {
+		return fmt.Errorf("--labels-file %s: %v", c.LabelsFile, err)
+	}
+	c.hypotheses, c.template = nil, ""
+	if z.Template != "" {
+		c.hypotheses, c.template = z.Candidates, z.Template
+	}
+	return nil
+}
+
+// baseSet is --labels-file read, else --labels as a set.
+func (c *Config) baseSet() (*labelset.Set, error) {
+	if c.LabelsFile == "" {
+		labels, err := ParseLabels(c.Labels)
+		if err != nil {
+			return nil, err
+		}
+		return labelset.FromNames(labels)
+	}
+	set, err := labelset.Load(c.LabelsFile)
+	if err != nil {
+		return nil, fmt.Errorf("--labels-file: %w", err)
+	}
+	return set, nil
+}
+
+// readExamples adds --examples-per-label examples of each label chosen
+// from --examples.
+func (c *Config) readExamples(set *labelset.Set) (*labelset.Set, error) {
+	f, err := os.Open(c.Examples)
+	if err != nil {
+		return nil, fmt.Errorf("--examples: cannot read %s: %v", c.Examples, unwrapPathError(err))
+	}
+	defer f.Close()
+	out, _, err := labelset.ReadExamples(f, set, labelset.ExamplesOptions{
+		Input:       input.Options{Name: c.Examples, TextColumn: ExamplesTextColumn},
+		LabelColumn: ExamplesLabelColumn,
+		TextFlag:    "a column " + ExamplesTextColumn, LabelFlag: "a column " + ExamplesLabelColumn,
+		PerLabel: c.ExamplesPerLabel,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("--examples: %w", err)
+	}
+	return out, nil
+}
