@@ -3,9 +3,11 @@ package cli
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -154,3 +156,64 @@ func TestLabelFileRefusedBeforeAnyCall(t *testing.T) {
 		t.Fatalf("%d calls sent", f.Calls())
 	}
 }
+
+// bigLabelFile is a label file whose fixed part passes OpenAI's 1,024
+// tokens.
+func bigLabelFile(t *testing.T) string {
+	t.Helper()
+	var b strings.Builder
+	b.WriteString("task: Classify customer feedback on home repair visits.\nlabels:\n")
+	for _, name := range []string{"positive", "negative"} {
+		b.WriteString("  - name: " + name + "\n    description: >\n      ")
+		b.WriteString(strings.Repeat("The customer writes of the visit in words that say how the visit went for them. ", 30))
+		b.WriteString("\n")
+	}
+	return writeFile(t, "big.yaml", b.String())
+}
+
+// The prompt tokens the server read from its cache are read, written as
+// cached_prompt_tokens (part of prompt_tokens) in the results and the
+// summary, and priced once, at --price-cached-in.
+func TestCachedPromptTokensPricedOnce(t *testing.T) {
+	f := &fakehf.Chat{CacheMin: 1024}
+	srv := fakehf.StartChat(f)
+	defer srv.Close()
+	in := writeFile(t, "in.csv", "request_id,text\n1,lovely staff\n2,terrible wait\n3,lovely work\n")
+	out := filepath.Join(t.TempDir(), "out.csv")
+	sum := filepath.Join(t.TempDir(), "sum.json")
+	r := runMain(t, map[string]string{"HF_TOKEN": "hf_x"}, "", append([]string{"classify", in, "-o", out, "-c", "1", "--summary-json", sum},
+		labelChatArgs(srv.URL, "--labels-file", bigLabelFile(t), "--price-in", "0.15", "--price-out", "0.6", "--price-cached-in", "0.075")...)...)
+	if r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	b, _ := os.ReadFile(out)
+	rows := parseResults(t, string(b))
+	var cachedSum int
+	for i, row := range rows {
+		var p, c, cached int
+		var cost float64
+		if _, err := fmt.Sscan(strings.Join([]string{row["prompt_tokens"], row["completion_tokens"], row["cached_prompt_tokens"], row["cost_usd"]}, " "), &p, &c, &cached, &cost); err != nil {
+			t.Fatalf("row %d: %v: %v", i+1, row, err)
+		}
+		if (i == 0) != (cached == 0) || cached > p || (i > 0 && cached < 1024) {
+			t.Errorf("row %d: cached %d of %d prompt tokens", i+1, cached, p)
+		}
+		want := float64(p-cached)*0.15e-6 + float64(cached)*0.075e-6 + float64(c)*0.6e-6
+		if d := cost - want; d > 1e-9 || d < -1e-9 {
+			t.Errorf("row %d: cost %v, want %v (prompt %d, cached %d, completion %d)", i+1, cost, want, p, cached, c)
+		}
+		cachedSum += cached
+	}
+	if !strings.Contains(r.stderr, "cached_prompt_tokens="+itoa(cachedSum)) {
+		t.Errorf("summary: %s", r.stderr)
+	}
+	var js struct {
+		Cached int `json:"cached_prompt_tokens"`
+	}
+	sb, _ := os.ReadFile(sum)
+	if err := json.Unmarshal(sb, &js); err != nil || js.Cached != cachedSum {
+		t.Errorf("summary json: %s", sb)
+	}
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }

@@ -129,11 +129,14 @@ func (o *qualityOptions) answers(prov *providerOptions) []*quality.Answers {
 // extra are the results' extra columns these flags and prov's stages
 // turn on: raw_score with a calibration, review, stage with --cascade.
 func (o *qualityOptions) extra(prov *providerOptions) results.Extra {
-	raw := false
+	raw, chat := false, false
 	for _, c := range prov.stages {
 		raw = raw || c.Calibration != ""
+		k, _ := c.Kind()
+		chat = chat || k.Chat
 	}
-	return results.Extra{RawScore: raw, Review: o.review(), Stage: prov.file != nil}
+	// Only a chat model reports usage, and so cached prompt tokens.
+	return results.Extra{RawScore: raw, Review: o.review(), Stage: prov.file != nil, CachedTokens: chat}
 }
 
 // reviewBelowText is --review-below as a sidecar keeps it ("" when off).

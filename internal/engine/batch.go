@@ -288,6 +288,7 @@ func (p *Pipeline) send(ctx context.Context, g *resilience.Guard, permit *resili
 		if u := row.Usage(); len(out) == 1 && u.Known {
 			// Every call of the row, a retried one's too, was paid for.
 			res.PromptTokens, res.CompletionTokens, res.Tokens = u.Prompt, u.Completion, true
+			res.CachedPromptTokens = u.Cached
 		}
 		if c, ok := row.Cost(); len(out) == 1 && ok {
 			res.CostUSD, res.Costed = c, true
@@ -301,6 +302,7 @@ func (p *Pipeline) send(ctx context.Context, g *resilience.Guard, permit *resili
 		batch[i].job.cache.usage = pr.Usage // what the answer's own call cost
 		if u := pr.Usage; len(out) > 1 && u.Known {
 			res.PromptTokens, res.CompletionTokens, res.Tokens = u.Prompt, u.Completion, true
+			res.CachedPromptTokens = u.Cached
 		}
 		if ans.Model != "" {
 			res.Model = ans.Model

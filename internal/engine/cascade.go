@@ -314,6 +314,7 @@ func (p *Pipeline) carry(prev, next results.Row) results.Row {
 	if prev.Tokens {
 		next.PromptTokens += prev.PromptTokens
 		next.CompletionTokens += prev.CompletionTokens
+		next.CachedPromptTokens += prev.CachedPromptTokens
 		next.Tokens = true
 	}
 	next.CostUSD += prev.CostUSD
@@ -379,5 +380,6 @@ func addLaterStages(st *resilience.Stats, later []StageSummary) {
 		st.PromptTokens += s.Provider.PromptTokens
 		st.CompletionTokens += s.Provider.CompletionTokens
 		st.TokenCalls += s.Provider.TokenCalls
+		st.CachedPromptTokens += s.Provider.CachedPromptTokens
 	}
 }

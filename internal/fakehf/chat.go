@@ -92,6 +92,12 @@ type Chat struct {
 	BusyFirst int64
 	// Raw, when set, is the body of every 200 (a hostile server's).
 	Raw func(req ChatRequest) string
+	// CacheMin, when set, is a prompt cache as OpenAI's: a call whose
+	// system message was sent before, and whose prompt is CacheMin tokens
+	// or more, reports as usage.prompt_tokens_details.cached_tokens the
+	// system message's tokens, rounded down to CacheMin and a multiple of
+	// 128 more (none under CacheMin).
+	CacheMin int
 
 	calls, rejected atomic.Int64
 	tokens          atomic.Int64 // tokens charged to accepted calls
@@ -101,6 +107,7 @@ type Chat struct {
 	bucket          bucketState
 	window          bucketState // Window's hidden bucket
 	seen            map[string]bool
+	prefixes        map[string]bool // system messages sent (CacheMin)
 	firstCall       time.Time
 }
 
@@ -290,10 +297,34 @@ func (c *Chat) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		"choices": []any{ch},
 	}
 	if !strings.Contains(text, "#nousage#") {
-		out["usage"] = map[string]int{"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+		usage := map[string]any{"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+		if n := c.cached(req, prompt); n > 0 {
+			usage["prompt_tokens_details"] = map[string]int{"cached_tokens": n}
+		}
+		out["usage"] = usage
 	}
 	b, _ := json.Marshal(out)
 	_, _ = w.Write(b)
+}
+
+// cached is the prompt tokens of req its prompt cache (CacheMin) holds.
+func (c *Chat) cached(req ChatRequest, prompt int) int {
+	if c.CacheMin <= 0 || len(req.Messages) == 0 || req.Messages[0].Role != "system" || prompt < c.CacheMin {
+		return 0
+	}
+	sys := req.Messages[0].Content
+	c.mu.Lock()
+	seen := c.prefixes[sys]
+	if c.prefixes == nil {
+		c.prefixes = map[string]bool{}
+	}
+	c.prefixes[sys] = true
+	c.mu.Unlock()
+	n := ChatTokens(sys) + 4
+	if !seen || n < c.CacheMin {
+		return 0
+	}
+	return c.CacheMin + (n-c.CacheMin)/128*128
 }
 
 func (c *Chat) content(text string) string {

@@ -110,6 +110,15 @@ func readUsage(raw json.RawMessage) Usage {
 		// (OpenRouter's usage.cost): the spend ledger takes it over any
 		// price.
 		Cost json.RawMessage `json:"cost"`
+		// The prompt tokens read from the server's prompt cache, under
+		// each server's name for them: OpenAI's (and vLLM's, the router's)
+		// prompt_tokens_details.cached_tokens, DeepSeek's
+		// prompt_cache_hit_tokens, Anthropic's cache_read_input_tokens.
+		Details struct {
+			Cached json.RawMessage `json:"cached_tokens"`
+		} `json:"prompt_tokens_details"`
+		CacheHit  json.RawMessage `json:"prompt_cache_hit_tokens"`
+		CacheRead json.RawMessage `json:"cache_read_input_tokens"`
 	}
 	if len(raw) == 0 || json.Unmarshal(raw, &doc) != nil {
 		return Usage{}
@@ -123,6 +132,14 @@ func readUsage(raw json.RawMessage) Usage {
 	}
 	if f, ok := usageNumber(doc.Cost); ok {
 		u.Cost, u.Costed = f, true
+	}
+	for _, raw := range []json.RawMessage{doc.Details.Cached, doc.CacheHit, doc.CacheRead} {
+		if n, ok := tokenCount(raw); ok && u.Known {
+			// Part of the prompt: a count over it is not believed past it,
+			// so that no token is counted twice.
+			u.Cached = min(n, u.Prompt)
+			break
+		}
 	}
 	return u
 }

@@ -33,6 +33,11 @@ type Prediction struct {
 type Usage struct {
 	Prompt, Completion int
 	Known              bool
+	// Cached is how many of the Prompt tokens the server read from its
+	// prompt cache (OpenAI's usage.prompt_tokens_details.cached_tokens,
+	// and other servers' names for it): part of Prompt, never more, and
+	// priced at the cached rate where one is known.
+	Cached int
 	// Cost is what the server itself said the call cost, in USD, when it
 	// says (OpenRouter's usage.cost): the spend ledger takes it over any
 	// price. Costed is false when it said nothing.
@@ -52,7 +57,7 @@ func (u Usage) Total() int { return SatAdd(u.Prompt, u.Completion) }
 // costed) when either is.
 func (u Usage) Add(v Usage) Usage {
 	return Usage{Prompt: SatAdd(u.Prompt, v.Prompt), Completion: SatAdd(u.Completion, v.Completion), Known: u.Known || v.Known,
-		Cost: u.Cost + v.Cost, Costed: u.Costed || v.Costed}
+		Cached: SatAdd(u.Cached, v.Cached), Cost: u.Cost + v.Cost, Costed: u.Costed || v.Costed}
 }
 
 // SatAdd is a+b for token counts in [0, MaxTokens]: at most MaxTokens,

@@ -24,6 +24,9 @@ type Counters struct {
 	PromptTokens     atomic.Int64
 	CompletionTokens atomic.Int64
 	TokenCalls       atomic.Int64
+	// CachedPromptTokens are the prompt tokens the server read from its
+	// prompt cache: part of PromptTokens, not added to them.
+	CachedPromptTokens atomic.Int64
 
 	// Observe, when set before the run, is told of every primary call's
 	// duration and result (for a latency histogram).
@@ -57,6 +60,7 @@ func (c *Counters) countUsage(r *Row, ans provider.Answer, err error) {
 	r.usage = r.usage.Add(u)
 	satAdd(&c.PromptTokens, int64(u.Prompt))
 	satAdd(&c.CompletionTokens, int64(u.Completion))
+	satAdd(&c.CachedPromptTokens, int64(u.Cached))
 	c.TokenCalls.Add(1)
 }
 
@@ -126,15 +130,18 @@ type Stats struct {
 	FallbackCalls int64 // calls sent to later stages (--fallback-model, a cascade's)
 	// Tokens reported (chat); TokenCalls: the calls that reported them.
 	PromptTokens, CompletionTokens, TokenCalls int64
-	RateLimited                                int64
-	Timeouts                                   int64
-	BreakerOpenings                            int64
-	BreakerOpen                                time.Duration // time the breaker was open or probing
-	FallbackRows                               int64
-	Cooldowns                                  int64 // shared pauses after a 429 with Retry-After
-	MaxInFlight                                int64
-	Limit                                      int // final adaptive limit; 0 when not adaptive
-	CallsPerSec                                float64
+	// CachedPromptTokens: the part of PromptTokens read from the
+	// server's prompt cache.
+	CachedPromptTokens int64
+	RateLimited        int64
+	Timeouts           int64
+	BreakerOpenings    int64
+	BreakerOpen        time.Duration // time the breaker was open or probing
+	FallbackRows       int64
+	Cooldowns          int64 // shared pauses after a 429 with Retry-After
+	MaxInFlight        int64
+	Limit              int // final adaptive limit; 0 when not adaptive
+	CallsPerSec        float64
 }
 
 // Snapshot copies the counters; elapsed is the run's wall time, for calls/s.
@@ -147,20 +154,21 @@ func (c *Counters) Snapshot(elapsed time.Duration) Stats {
 		open += time.Since(time.Unix(0, at))
 	}
 	s := Stats{
-		Calls:            c.Calls.Load(),
-		Retries:          c.Retries.Load(),
-		FallbackCalls:    c.FallbackCalls.Load(),
-		PromptTokens:     c.PromptTokens.Load(),
-		CompletionTokens: c.CompletionTokens.Load(),
-		TokenCalls:       c.TokenCalls.Load(),
-		RateLimited:      c.RateLimited.Load(),
-		Timeouts:         c.Timeouts.Load(),
-		BreakerOpenings:  c.BreakerOpenings.Load(),
-		BreakerOpen:      open,
-		FallbackRows:     c.FallbackRows.Load(),
-		Cooldowns:        c.cooldowns.Load(),
-		MaxInFlight:      c.maxInFlight.Load(),
-		Limit:            c.Limit(),
+		Calls:              c.Calls.Load(),
+		Retries:            c.Retries.Load(),
+		FallbackCalls:      c.FallbackCalls.Load(),
+		PromptTokens:       c.PromptTokens.Load(),
+		CompletionTokens:   c.CompletionTokens.Load(),
+		TokenCalls:         c.TokenCalls.Load(),
+		CachedPromptTokens: c.CachedPromptTokens.Load(),
+		RateLimited:        c.RateLimited.Load(),
+		Timeouts:           c.Timeouts.Load(),
+		BreakerOpenings:    c.BreakerOpenings.Load(),
+		BreakerOpen:        open,
+		FallbackRows:       c.FallbackRows.Load(),
+		Cooldowns:          c.cooldowns.Load(),
+		MaxInFlight:        c.maxInFlight.Load(),
+		Limit:              c.Limit(),
 	}
 	if secs := elapsed.Seconds(); secs > 0 {
 		s.CallsPerSec = float64(s.Calls) / secs

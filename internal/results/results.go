@@ -49,12 +49,15 @@ type Extra struct {
 	// answered the row, or where it ended (--cascade); blank for a row
 	// that reached none.
 	Stage bool
+	// CachedTokens: cached_prompt_tokens, the part of prompt_tokens the
+	// server read from its prompt cache (a chat model's run).
+	CachedTokens bool
 }
 
 // extraColumns are the names of Extra's columns, in order.
-var extraColumns = []string{"raw_score", "review", "stage"}
+var extraColumns = []string{"raw_score", "review", "stage", "cached_prompt_tokens"}
 
-func (e Extra) on() []bool { return []bool{e.RawScore, e.Review, e.Stage} }
+func (e Extra) on() []bool { return []bool{e.RawScore, e.Review, e.Stage, e.CachedTokens} }
 
 // Columns are the extra columns e turns on, in order.
 func (e Extra) Columns() []string {
@@ -85,6 +88,8 @@ func extraOf(tail []string) (e Extra, ok bool) {
 			e.Review = true
 		case "stage":
 			e.Stage = true
+		case "cached_prompt_tokens":
+			e.CachedTokens = true
 		}
 		i++
 	}
@@ -135,6 +140,10 @@ type Row struct {
 	// (written blank).
 	PromptTokens, CompletionTokens int
 	Tokens                         bool
+	// CachedPromptTokens is the part of PromptTokens the server read from
+	// its prompt cache (written with Extra.CachedTokens, blank when
+	// Tokens is false).
+	CachedPromptTokens int
 	// CostUSD is what the row's calls cost, as the spend ledger priced
 	// their usage; Costed is false when no price was known (written
 	// blank). A row answered without a call costs 0.
@@ -218,6 +227,13 @@ func (r Row) record(dst []string, includeText, raw bool, extra Extra) []string {
 			stage = strconv.Itoa(r.Stage)
 		}
 		dst = append(dst, stage)
+	}
+	if extra.CachedTokens {
+		cached := ""
+		if r.Tokens {
+			cached = strconv.Itoa(r.CachedPromptTokens)
+		}
+		dst = append(dst, cached)
 	}
 	return dst
 }

@@ -35,9 +35,10 @@ type record struct {
 	CostUSD          *float64 `csv:"cost_usd,omitempty"`
 	Cached           string   `csv:"cached"`
 	// Extra columns, absent unless their feature was on.
-	RawScore *float64 `csv:"raw_score,omitempty"`
-	Review   string   `csv:"review"`
-	Stage    *int     `csv:"stage,omitempty"`
+	RawScore           *float64 `csv:"raw_score,omitempty"`
+	Review             string   `csv:"review"`
+	Stage              *int     `csv:"stage,omitempty"`
+	CachedPromptTokens *int     `csv:"cached_prompt_tokens,omitempty"`
 }
 
 func (r record) row() Row {
@@ -70,6 +71,9 @@ func (r record) row() Row {
 	row.Review = r.Review == "true"
 	if r.Stage != nil {
 		row.Stage = *r.Stage
+	}
+	if r.CachedPromptTokens != nil {
+		row.CachedPromptTokens = *r.CachedPromptTokens
 	}
 	if r.StartedMs != nil {
 		row.StartedMs = *r.StartedMs

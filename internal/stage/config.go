@@ -67,7 +67,10 @@ type Config struct {
 
 	PriceIn  float64 // price-in
 	PriceOut float64 // price-out
-	Prices   string  // prices
+	// PriceCachedIn is price-cached-in: USD per million prompt tokens
+	// read from the server's prompt cache.
+	PriceCachedIn float64
+	Prices        string // prices
 
 	LabelMap         string // label-map
 	Calibration      string // calibration

@@ -296,6 +296,8 @@ func (c *Config) PriceList() (spend.Prices, error) {
 			return ps, fmt.Errorf("--prices %s has no price for --model %s (looked up as given, and without a :provider suffix): add its entry, or give --price-in and --price-out", c.Prices, c.Model)
 		}
 		return ps, nil
+	case c.given("price-in") && c.given("price-cached-in"):
+		return spend.Flat(c.PriceIn, c.PriceOut).WithCachedIn(c.PriceCachedIn), nil
 	case c.given("price-in"):
 		return spend.Flat(c.PriceIn, c.PriceOut), nil
 	}

@@ -131,6 +131,9 @@ func (c *Config) validPrices(kind provider.Kind) error {
 	return first(
 		InRange("--price-in", c.PriceIn, 0, MaxPrice, ""),
 		InRange("--price-out", c.PriceOut, 0, MaxPrice, ""),
+		InRange("--price-cached-in", c.PriceCachedIn, 0, MaxPrice, ""),
+		refuse(c.given("price-cached-in") && !in && c.Prices == "", "--price-cached-in goes with --price-in and --price-out: it prices the cached part of the prompt tokens they price"),
+		refuse(c.given("price-cached-in") && c.Prices != "", "--price-cached-in and --prices: the price file gives each model's cached rate (cache_read_input_token_cost); give one"),
 		refuse(in != out, "--price-in and --price-out go together: a price for one kind of token only would guess the other"),
 		refuse((in || out) && c.Prices != "", "--prices and --price-in/--price-out contradict each other; give one"),
 		refuse(c.PricesGiven() && !kind.Chat, "--price-in, --price-out and --prices price the usage a chat model reports (--provider chat); --provider %s reports none", c.Provider),
@@ -139,7 +142,7 @@ func (c *Config) validPrices(kind provider.Kind) error {
 
 // PricesGiven reports whether any price setting was given.
 func (c *Config) PricesGiven() bool {
-	return c.given("price-in") || c.given("price-out") || c.Prices != ""
+	return c.given("price-in") || c.given("price-out") || c.given("price-cached-in") || c.Prices != ""
 }
 
 // validAnswers checks what the run does to the answers: --label-map,
