@@ -132,6 +132,8 @@ func TestLabelFileRefusedBeforeAnyCall(t *testing.T) {
 	bad := writeFile(t, "bad.yaml", "labels:\n  - name: a\n  - description: no name\n")
 	noLabel := writeFile(t, "ex.csv", "text,label\nfine,positive\nodd,sideways\n")
 	prompt := writeFile(t, "prompt.txt", "{labels}: {text}")
+	// A model whose context the label file's fixed part alone is over.
+	tiny := writeFile(t, "prices.json", `{"gpt-4o-mini": {"input_cost_per_token": 1.5e-07, "output_cost_per_token": 6e-07, "max_input_tokens": 50}}`)
 	cases := []struct {
 		args []string
 		want string
@@ -144,6 +146,9 @@ func TestLabelFileRefusedBeforeAnyCall(t *testing.T) {
 		{labelChatArgs(srv.URL, "--labels-file", lf, "--examples", noLabel, "--examples-per-label", "0"), "--examples-per-label"},
 		{labelChatArgs(srv.URL, "--labels", "a,b", "--examples-per-label", "2"), "--examples"},
 		{labelChatArgs(srv.URL, "--examples", noLabel), "--examples needs the labels"},
+		{labelChatArgs(srv.URL, "--labels-file", lf, "--prices", tiny), "over --model gpt-4o-mini's context of 50"},
+		{labelChatArgs(srv.URL, "--labels-file", lf, "--price-cached-in", "0.1"), "--price-cached-in goes with --price-in"},
+		{labelChatArgs(srv.URL, "--labels-file", lf, "--prices", tiny, "--price-cached-in", "0.1"), "--price-cached-in and --prices"},
 	}
 	for _, tc := range cases {
 		args := append([]string{"classify", in, "-o", filepath.Join(t.TempDir(), "out.csv")}, tc.args...)
@@ -217,3 +222,25 @@ func TestCachedPromptTokensPricedOnce(t *testing.T) {
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
+
+// --dry-run estimates the fixed part's tokens and says whether they reach
+// the provider's cacheable minimum, without a call.
+func TestDryRunSaysWhetherThePrefixIsCacheable(t *testing.T) {
+	f := &fakehf.Chat{}
+	srv := fakehf.StartChat(f)
+	defer srv.Close()
+	in := writeFile(t, "in.csv", "request_id,text\n1,lovely staff\n")
+	for _, tc := range []struct{ file, want string }{
+		{bigLabelFile(t), "reaches OpenAI's cacheable minimum of 1024 tokens"},
+		{writeFile(t, "small.yaml", feedbackYAML), "under OpenAI's cacheable minimum of 1024 tokens"},
+	} {
+		r := runMain(t, map[string]string{"HF_TOKEN": "hf_x"}, "", append([]string{"classify", in, "--dry-run"},
+			labelChatArgs(srv.URL, "--labels-file", tc.file)...)...)
+		if r.code != 0 || !strings.Contains(r.stderr, "dry_run prefix stage=1 fixed_bytes=") || !strings.Contains(r.stderr, tc.want) {
+			t.Errorf("exit %d: %s; want %q", r.code, r.stderr, tc.want)
+		}
+	}
+	if f.Calls() != 0 {
+		t.Fatalf("%d calls", f.Calls())
+	}
+}

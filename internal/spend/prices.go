@@ -42,6 +42,9 @@ type Price struct {
 	// be charged.
 	CachedIn float64
 	Cached   bool
+	// MaxInput is the model's context for the prompt, in tokens, where the
+	// list gives it (LiteLLM's max_input_tokens); 0: unknown.
+	MaxInput int
 }
 
 // Cost is what usage u costs at p (batch: through a Batch API, at its
@@ -223,6 +226,12 @@ func entryPrice(e map[string]json.RawMessage) (Price, bool, error) {
 	}
 	p.Batch = have[2] || have[3]
 	p.Cached = have[4]
+	if raw, ok := e["max_input_tokens"]; ok {
+		// Documentation, not a price: a value that is no count is ignored.
+		if v, err := cost(raw); err == nil && v >= 1 && v <= provider.MaxTokens {
+			p.MaxInput = int(v)
+		}
+	}
 	if p.Batch {
 		// A list that gives one batch price and not the other means the
 		// other is the live one.
@@ -284,7 +293,7 @@ func (ps Prices) AtBatch() Prices {
 		} else if !p.Batch && ps.BatchDiscount > 0 {
 			cached *= ps.BatchDiscount
 		}
-		return Price{In: in, Out: out, InBatch: in, OutBatch: out, Batch: true, CachedIn: cached, Cached: p.Cached}
+		return Price{In: in, Out: out, InBatch: in, OutBatch: out, Batch: true, CachedIn: cached, Cached: p.Cached, MaxInput: p.MaxInput}
 	}
 	out := Prices{Source: ps.Source, BatchDiscount: ps.BatchDiscount}
 	if ps.flat != nil {

@@ -8,6 +8,7 @@ import (
 	"github.com/hfsent/hfsent/internal/input"
 	"github.com/hfsent/hfsent/internal/labelset"
 	"github.com/hfsent/hfsent/internal/provider"
+	"github.com/hfsent/hfsent/internal/spend"
 )
 
 // The columns --examples is read by: a labelled CSV of examples has a text
@@ -76,6 +77,27 @@ func (c *Config) readLabelSet(kind provider.Kind) error {
 	c.hypotheses, c.template = nil, ""
 	if z.Template != "" {
 		c.hypotheses, c.template = z.Candidates, z.Template
+	}
+	return nil
+}
+
+// checkContext refuses a label file whose fixed part alone is over the
+// model's context, where the price list gives it (LiteLLM's
+// max_input_tokens): every row would be refused by the server.
+func (c *Config) checkContext(ps spend.Prices) error {
+	if c.system == "" {
+		return nil
+	}
+	p, ok := ps.For(c.Model)
+	if !ok || p.MaxInput == 0 {
+		return nil
+	}
+	if n := provider.EstimateText(c.system); n > p.MaxInput {
+		what := "--labels-file " + c.LabelsFile
+		if c.LabelsFile == "" {
+			what = "--examples " + c.Examples
+		}
+		return fmt.Errorf("%s: the prompt's fixed part is about %d tokens, over --model %s's context of %d (max_input_tokens in %s): fewer or shorter examples or descriptions", what, n, c.Model, p.MaxInput, ps.Source)
 	}
 	return nil
 }
