@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net/http"
 	"regexp"
 	"strings"
@@ -461,13 +462,17 @@ func (c *Chat) parse(body []byte, msgs []chatMessage, o sendOpts) (Prediction, e
 			Answer: clip(a.content, maxAnswer), NoRetry: o.constraint != ConstrainOff && !ignored,
 			Msg: fmt.Sprintf("the answer %s of --labels: %q", what, summarise(a.content, c.cfg.Token))}
 	}
-	var score float64
+	var d []float64
 	if o.constraint == ConstrainOff || ignored {
-		score = c.score(a, i)
+		d = c.dist(a)
 	} else {
-		score = c.constrainedScore(a, o.constraint, i)
+		d = c.constrainedDist(a, o.constraint)
 	}
-	return Prediction{Label: c.labels[i], Score: score, Usage: a.usage}, nil
+	score := math.NaN()
+	if d != nil && d[i] > 0 {
+		score = d[i]
+	}
+	return Prediction{Label: c.labels[i], Score: score, Usage: a.usage, Scores: c.scoresOf(d)}, nil
 }
 
 // match is the label an answer names: the one equal to it once both are

@@ -362,6 +362,11 @@ func (h *HF) labelsOfHypotheses(preds []Prediction) {
 		if j := slices.Index(h.cfg.Hypotheses, preds[i].Label); j >= 0 {
 			preds[i].Label = h.cfg.Labels[j]
 		}
+		for k, s := range preds[i].Scores {
+			if j := slices.Index(h.cfg.Hypotheses, s.Label); j >= 0 {
+				preds[i].Scores[k].Label = h.cfg.Labels[j]
+			}
+		}
 	}
 }
 
@@ -477,6 +482,9 @@ func (h *HF) do(ctx, actx context.Context, req *http.Request, n int, timeout tim
 		}
 		for i := range preds {
 			preds[i].Label = h.labels.intern(preds[i].Label)
+			for k := range preds[i].Scores {
+				preds[i].Scores[k].Label = h.labels.intern(preds[i].Scores[k].Label)
+			}
 		}
 		return Answer{Predictions: preds, Model: h.cfg.Model}, nil
 	}

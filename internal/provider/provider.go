@@ -7,8 +7,10 @@
 package provider
 
 import (
+	"cmp"
 	"context"
 	"math"
+	"slices"
 	"time"
 )
 
@@ -25,6 +27,22 @@ type Prediction struct {
 	Score float64
 	// Usage is the tokens the text's call cost, when the provider says.
 	Usage Usage
+	// Scores are the labels the answer scored, best first (--top-k and
+	// --multi-label write them): a text-classification or zero-shot
+	// model's every label, a chat model's labels found in its first
+	// token's logprobs, the local model's three. nil when it scored none.
+	Scores []LabelScore
+}
+
+// LabelScore is a label and the score an answer gave it.
+type LabelScore struct {
+	Label string
+	Score float64
+}
+
+// SortScores sorts s best first; ties keep their order.
+func SortScores(s []LabelScore) {
+	slices.SortStableFunc(s, func(a, b LabelScore) int { return cmp.Compare(b.Score, a.Score) })
 }
 
 // Usage is what a call cost in tokens, as an OpenAI-style server's "usage"

@@ -90,5 +90,10 @@ func (a zeroShotAnswer) best() (Prediction, error) {
 			top = i
 		}
 	}
-	return Prediction{Label: a.Labels[top], Score: math.Min(a.Scores[top], 1)}, nil
+	scores := make([]LabelScore, len(a.Labels))
+	for i, l := range a.Labels {
+		scores[i] = LabelScore{Label: l, Score: math.Min(a.Scores[i], 1)}
+	}
+	SortScores(scores)
+	return Prediction{Label: a.Labels[top], Score: math.Min(a.Scores[top], 1), Scores: scores}, nil
 }
