@@ -115,7 +115,8 @@ func (o *qualityOptions) answers(prov *providerOptions) []*quality.Answers {
 	cal := prov.calibrated()
 	out := make([]*quality.Answers, len(prov.answers))
 	for i, sa := range prov.answers {
-		a := &quality.Answers{Map: sa.Map, Review: o.review(), ReviewBelow: o.reviewBelow, Uncalibrated: cal && sa.Calibration == nil}
+		a := &quality.Answers{Map: sa.Map, Review: o.review(), ReviewBelow: o.reviewBelow, Uncalibrated: cal && sa.Calibration == nil,
+			Multi: prov.stages[i].MultiLabel}
 		if sa.Calibration != nil {
 			a.Calibration = sa.Calibration
 		}
@@ -129,14 +130,16 @@ func (o *qualityOptions) answers(prov *providerOptions) []*quality.Answers {
 // extra are the results' extra columns these flags and prov's stages
 // turn on: raw_score with a calibration, review, stage with --cascade.
 func (o *qualityOptions) extra(prov *providerOptions) results.Extra {
-	raw, chat := false, false
+	raw, chat, scores, topK := false, false, false, 0
 	for _, c := range prov.stages {
 		raw = raw || c.Calibration != ""
 		k, _ := c.Kind()
 		chat = chat || k.Chat
+		scores = scores || c.MultiLabel || c.TopK > 0
+		topK = max(topK, c.TopK)
 	}
 	// Only a chat model reports usage, and so cached prompt tokens.
-	return results.Extra{RawScore: raw, Review: o.review(), Stage: prov.file != nil, CachedTokens: chat}
+	return results.Extra{RawScore: raw, Review: o.review(), Stage: prov.file != nil, CachedTokens: chat, Scores: scores, TopK: topK}
 }
 
 // reviewBelowText is --review-below as a sidecar keeps it ("" when off).

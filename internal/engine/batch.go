@@ -298,7 +298,7 @@ func (p *Pipeline) send(ctx context.Context, g *resilience.Guard, permit *resili
 			continue
 		}
 		pr := ans.Predictions[i]
-		res.Label, res.Score = pr.Label, pr.Score
+		res.Label, res.Score, res.Scores = pr.Label, pr.Score, pr.Scores
 		batch[i].job.cache.usage = pr.Usage // what the answer's own call cost
 		if u := pr.Usage; len(out) > 1 && u.Known {
 			res.PromptTokens, res.CompletionTokens, res.Tokens = u.Prompt, u.Completion, true

@@ -56,6 +56,11 @@ type ChatConfig struct {
 	// after it. It is the same bytes for every row, so that a provider's
 	// prompt cache can reuse it. Not with Prompt.
 	System string
+	// MultiLabel asks for every label that applies (--multi-label): the
+	// structured output is an array of the labels' enum, at least one
+	// unless AllowNone; the answer's labels are joined by MultiSeparator,
+	// in the labels' order, with no score.
+	MultiLabel, AllowNone bool
 	// Constrain is --constrain: how the server is made to choose a label
 	// (ParseConstrain; "" is auto).
 	Constrain string
@@ -142,12 +147,15 @@ func NewChat(cfg ChatConfig) (*Chat, error) {
 	}
 	c.constraint.Store(int32(start))
 	c.fields = newConstraintFields(c.labels)
-	c.maxTokens = maxTokensFor(start, c.longestRunes, c.longestBytes)
+	if cfg.MultiLabel {
+		c.multi()
+	}
 	c.topLogprobs = min(max(len(c.labels), 5), MaxTopLogprobs)
 	c.labelsText = strings.Join(c.labels, ", ")
 	if cfg.Prompt != "" && cfg.System != "" {
 		return nil, errors.New("a prompt template and a label file's prompt contradict each other; give one")
 	}
+	c.maxTokens = maxTokensFor(start, c.longestRunes, c.longestBytes)
 	if cfg.Prompt == "" {
 		c.fixedLen, c.textCount = len(c.system()), 1
 	} else {
@@ -252,6 +260,10 @@ func (c *Chat) EstimateTokens(texts []string) int {
 // defaultInstruction is the system message without --prompt-file.
 const defaultInstruction = "You are a text classifier. Read the user's text and answer with exactly one of these labels, written as given, and nothing else: {labels}"
 
+// defaultMultiInstruction is the system message under --multi-label
+// without --prompt-file or a label file.
+const defaultMultiInstruction = "You are a text classifier. Read the user's text and answer with every one of these labels that applies to it, written as given and separated by commas, and nothing else: {labels}"
+
 type chatMessage struct {
 	Role    string `json:"role"`
 	Content string `json:"content"`
@@ -296,6 +308,25 @@ func (c *Chat) messages(text string) []chatMessage {
 	}
 }
 
+// multi makes the client ask for several labels: the constraints' fields
+// an array of them (JSON schema) or a list (regex; vLLM's structured
+// outputs take one too), and the completion's room every label's.
+func (c *Chat) multi() {
+	c.fields.jsonSchema = multiSchema(c.labels, c.cfg.AllowNone)
+	alts := make([]string, len(c.labels))
+	runes, bytes := 0, 0
+	for i, l := range c.labels {
+		alts[i] = regexp.QuoteMeta(l)
+		runes += len([]rune(l)) + 2
+		bytes += len(l) + 4 // quotes and a comma
+	}
+	one := "(" + strings.Join(alts, "|") + ")"
+	list := one + "(, " + one + ")*"
+	c.fields.regex, _ = json.Marshal(map[string]string{"type": "regex", "value": list})
+	c.fields.choice, _ = json.Marshal(map[string]string{"regex": list})
+	c.longestRunes, c.longestBytes = runes, bytes
+}
+
 // system is the system message: the label file's fixed part, else the
 // default instruction with the labels. Either is the same for every row
 // and comes first, the row's text last: a prompt cache keys on a prompt's
@@ -303,6 +334,9 @@ func (c *Chat) messages(text string) []chatMessage {
 func (c *Chat) system() string {
 	if c.cfg.System != "" {
 		return c.cfg.System
+	}
+	if c.cfg.MultiLabel {
+		return strings.ReplaceAll(defaultMultiInstruction, "{labels}", c.labelsText)
 	}
 	return strings.ReplaceAll(defaultInstruction, "{labels}", c.labelsText)
 }
@@ -441,6 +475,9 @@ func (c *Chat) parse(body []byte, msgs []chatMessage, o sendOpts) (Prediction, e
 	}
 	if e := c.truncated(a.usage, msgs); e != nil {
 		return Prediction{}, e
+	}
+	if c.cfg.MultiLabel {
+		return c.parseMulti(a, o)
 	}
 	i, several, form := c.label(a.content)
 	ignored := o.constraint == ConstrainJSONSchema && form == formText ||

@@ -65,6 +65,14 @@ type HFConfig struct {
 	// descriptions. An answer's hypothesis is read back as its label.
 	Hypotheses []string
 	Template   string
+	// TopK, when above 1, asks a text-classification model for its TopK
+	// best labels (parameters.top_k) where one is asked for by default.
+	TopK int
+	// MultiLabel asks for every label's own score: a text-classification
+	// model's sigmoid scores (parameters.function_to_apply), a zero-shot
+	// model's multi_label; Threshold chooses the labels (Choose).
+	MultiLabel bool
+	Threshold  float64
 }
 
 // Request formats, as HFConfig.API names them.
@@ -295,7 +303,20 @@ func (h *HF) URL() string { return h.shown }
 // "truncation": true}}: transformers' pipeline truncates a text longer than
 // the model takes instead of failing on it. APITEI: {"inputs": TEXT or
 // [[TEXT], ...], "truncate": true}.
-func payload(api string, texts []string) ([]byte, error) {
+// params are a text-classification request's parameters (APIHF): one
+// label by default, the --top-k best, or every label's sigmoid score for
+// --multi-label.
+func (h *HF) params() string {
+	switch {
+	case h.cfg.MultiLabel:
+		return fmt.Sprintf(`{"function_to_apply":"sigmoid","top_k":%d,"truncation":true}`, maxLabels)
+	case h.cfg.TopK > 1:
+		return fmt.Sprintf(`{"top_k":%d,"truncation":true}`, h.cfg.TopK)
+	}
+	return `{"top_k":1,"truncation":true}`
+}
+
+func payload(api string, texts []string, params string) ([]byte, error) {
 	b := make([]byte, 0, 64+len(texts)*10+totalLen(texts))
 	b = append(b, `{"inputs":`...)
 	batch := len(texts) > 1
@@ -324,7 +345,9 @@ func payload(api string, texts []string) ([]byte, error) {
 	if api == APITEI {
 		return append(b, `,"truncate":true}`...), nil
 	}
-	return append(b, `,"parameters":{"top_k":1,"truncation":true}}`...), nil
+	b = append(b, `,"parameters":`...)
+	b = append(b, params...)
+	return append(b, '}'), nil
 }
 
 func totalLen(texts []string) int {
@@ -339,9 +362,9 @@ func totalLen(texts []string) int {
 // API's text-classification payload.
 func (h *HF) body(texts []string) ([]byte, error) {
 	if len(h.cfg.Labels) > 0 {
-		return zeroShotPayload(texts, h.candidates(), h.cfg.Template)
+		return zeroShotPayload(texts, h.candidates(), h.cfg.Template, h.cfg.MultiLabel)
 	}
-	return payload(h.api, texts)
+	return payload(h.api, texts, h.params())
 }
 
 // candidates are the zero-shot candidates sent: the hypotheses, else the
@@ -467,8 +490,15 @@ func (h *HF) do(ctx, actx context.Context, req *http.Request, n int, timeout tim
 		if len(h.cfg.Labels) > 0 {
 			preds, err = ParseZeroShot(body, n, h.candidates())
 			h.labelsOfHypotheses(preds)
+			if h.cfg.MultiLabel {
+				chooseMulti(preds, h.cfg.Labels, h.cfg.Threshold)
+			}
 		} else {
 			preds, err = ParseAnswer(body, n)
+			if h.cfg.MultiLabel {
+				// A model's own labels: in the order of their names.
+				chooseMulti(preds, nil, h.cfg.Threshold)
+			}
 		}
 		if err != nil {
 			if errors.Is(err, ErrFlatBatch) && h.cfg.Logger != nil {

@@ -58,6 +58,14 @@ type Spec struct {
 	// label.
 	Hypotheses         []string
 	HypothesisTemplate string
+	// TopK asks for the TopK best labels' scores (--top-k); MultiLabel for
+	// several labels a text (--multi-label), those whose scores reach
+	// Threshold (hf) or the model names (chat: at least one, unless
+	// AllowNone).
+	TopK       int
+	MultiLabel bool
+	Threshold  float64
+	AllowNone  bool
 	// Constrain is chat's --constrain ("" is auto).
 	Constrain string
 	// Client overrides the HTTP client (check's, which keeps the last
@@ -116,6 +124,9 @@ func openHF(api string) func(Spec) (Classifier, Info, error) {
 			Labels:         s.Labels,
 			Hypotheses:     s.Hypotheses,
 			Template:       s.HypothesisTemplate,
+			TopK:           s.TopK,
+			MultiLabel:     s.MultiLabel,
+			Threshold:      s.Threshold,
 		})
 		if err != nil {
 			return nil, Info{}, err
@@ -133,6 +144,8 @@ func openChat(s Spec) (Classifier, Info, error) {
 		Labels:         s.Labels,
 		Prompt:         s.Prompt,
 		System:         s.System,
+		MultiLabel:     s.MultiLabel,
+		AllowNone:      s.AllowNone,
 		Constrain:      s.Constrain,
 		ReadContext:    true, // asked of a server other than the router only
 		Concurrency:    s.Concurrency,

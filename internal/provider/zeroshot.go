@@ -12,7 +12,7 @@ import (
 // zeroShotPayload is a zero-shot request: {"inputs": TEXT or [TEXTS],
 // "parameters": {"candidate_labels": [...]}}, with hypothesis_template
 // when template is not "".
-func zeroShotPayload(texts, labels []string, template string) ([]byte, error) {
+func zeroShotPayload(texts, labels []string, template string, multi bool) ([]byte, error) {
 	var inputs any = texts
 	if len(texts) == 1 {
 		inputs = texts[0]
@@ -20,6 +20,11 @@ func zeroShotPayload(texts, labels []string, template string) ([]byte, error) {
 	params := map[string]any{"candidate_labels": labels}
 	if template != "" {
 		params["hypothesis_template"] = template
+	}
+	if multi {
+		// Each label scored on its own (entailment against contradiction),
+		// not shared out among them.
+		params["multi_label"] = true
 	}
 	return json.Marshal(map[string]any{"inputs": inputs, "parameters": params})
 }

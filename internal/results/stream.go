@@ -39,6 +39,7 @@ type record struct {
 	Review             string   `csv:"review"`
 	Stage              *int     `csv:"stage,omitempty"`
 	CachedPromptTokens *int     `csv:"cached_prompt_tokens,omitempty"`
+	Scores             string   `csv:"scores"`
 }
 
 func (r record) row() Row {
@@ -75,6 +76,7 @@ func (r record) row() Row {
 	if r.CachedPromptTokens != nil {
 		row.CachedPromptTokens = *r.CachedPromptTokens
 	}
+	row.Scores = ParseScores(Unguard(r.Scores))
 	if r.StartedMs != nil {
 		row.StartedMs = *r.StartedMs
 		if r.LatencyMs != nil {

@@ -59,9 +59,12 @@ type Config struct {
 	TPM        int    // tpm
 	Constrain  string // constrain
 
-	LabelsFile       string // labels-file
-	Examples         string // examples
-	ExamplesPerLabel int    // examples-per-label
+	LabelsFile       string  // labels-file
+	Examples         string  // examples
+	ExamplesPerLabel int     // examples-per-label
+	MultiLabel       bool    // multi-label
+	LabelThreshold   float64 // label-threshold
+	TopK             int     // top-k
 
 	Budget Budget
 
@@ -223,7 +226,7 @@ func (c *Config) Fallback() *Config {
 		s.labels = c.fallbackLabels()
 		s.hypotheses, s.template = nil, ""
 		if c.set != nil && c.system == "" {
-			s.system = c.set.System(labelset.SingleInstruction)
+			s.system = c.set.System(c.instruction())
 		}
 	} else {
 		// An hf fallback is zero-shot only when the primary's labels were

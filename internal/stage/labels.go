@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 
 	"github.com/hfsent/hfsent/internal/input"
 	"github.com/hfsent/hfsent/internal/labelset"
@@ -21,7 +22,42 @@ const (
 // Bounds of the label settings.
 const (
 	MaxTopK = provider.MaxLabels
+	// MultiSeparator joins the labels of a row with several.
+	MultiSeparator = provider.MultiSeparator
 )
+
+// validScores checks --multi-label, --label-threshold and --top-k: the
+// providers that can answer so, and the features that stay single-label
+// (a calibration, a cascade: said so).
+func (c *Config) validScores(kind provider.Kind) error {
+	if err := first(
+		InRange("--top-k", c.TopK, 0, MaxTopK, "the label alone"),
+		InRange("--label-threshold", c.LabelThreshold, 0.0001, 1, ""),
+		refuse(c.given("label-threshold") && !c.MultiLabel, "--label-threshold is for --multi-label: it chooses the labels whose scores reach it"),
+		refuse(c.TopK > 0 && c.MultiLabel, "--top-k and --multi-label: with --multi-label, scores holds every label the answer scored; give one"),
+	); err != nil || !c.MultiLabel {
+		return err
+	}
+	switch {
+	case !kind.Remote:
+		return fmt.Errorf("--multi-label is not for --provider %s: the embedded model gives one label a text", kind.Name)
+	case kind.Endpoint != "":
+		return fmt.Errorf("--multi-label is not for --provider %s: its server's scores are shared out among the labels", kind.Name)
+	case c.Calibration != "" || c.EscalateBelow > 0:
+		return errors.New("--multi-label and a calibration: a calibration is fitted on one label a row; calibration stays single-label (run without --calibration)")
+	case strings.TrimSpace(c.FallbackModel) != "":
+		return errors.New("--multi-label and --fallback-model: a fallback is a cascade of two, and the cascade stays single-label; run without --fallback-model")
+	}
+	for _, l := range c.labels {
+		if strings.Contains(l, MultiSeparator) {
+			return fmt.Errorf("--multi-label: label %q holds %q, which joins a row's labels", l, MultiSeparator)
+		}
+	}
+	return nil
+}
+
+// Multi reports whether the stage answers several labels a row.
+func (c *Config) Multi() bool { return c.MultiLabel }
 
 // LabelSet is the label set Validate read (--labels-file, with the
 // examples --examples chose), nil without --labels-file or --examples.
@@ -67,7 +103,7 @@ func (c *Config) readLabelSet(kind provider.Kind) error {
 	}
 	c.set, c.labels = set, set.Names()
 	if kind.Chat {
-		c.system = set.System(labelset.SingleInstruction)
+		c.system = set.System(c.instruction())
 		return nil
 	}
 	z, err := set.ZeroShot("")
@@ -100,6 +136,14 @@ func (c *Config) checkContext(ps spend.Prices) error {
 		return fmt.Errorf("%s: the prompt's fixed part is about %d tokens, over --model %s's context of %d (max_input_tokens in %s): fewer or shorter examples or descriptions", what, n, c.Model, p.MaxInput, ps.Source)
 	}
 	return nil
+}
+
+// instruction opens the fixed part: one label a row, or several.
+func (c *Config) instruction() string {
+	if c.MultiLabel {
+		return labelset.MultiInstruction
+	}
+	return labelset.SingleInstruction
 }
 
 // baseSet is --labels-file read, else --labels as a set.

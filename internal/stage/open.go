@@ -190,6 +190,10 @@ func (c *Config) spec(token, userAgent string, log *slog.Logger) provider.Spec {
 		System:             c.system,
 		Hypotheses:         c.hypotheses,
 		HypothesisTemplate: c.template,
+		TopK:               c.TopK,
+		MultiLabel:         c.MultiLabel,
+		Threshold:          c.LabelThreshold,
+		AllowNone:          c.set != nil && len(c.set.None) > 0,
 		Constrain:          c.Constrain,
 		Logger:             log,
 	}
@@ -232,7 +236,8 @@ func (c *Config) For() (calibration.For, error) {
 	// The request's hash covers the label set: its rendered prompt (chat)
 	// or hypotheses (zero-shot) are in the body.
 	client, _, err := kind.New(provider.Spec{Model: c.Model, Endpoint: c.Endpoint, Labels: c.labels, Prompt: c.prompt,
-		System: c.system, Hypotheses: c.hypotheses, HypothesisTemplate: c.template, Constrain: c.Constrain})
+		System: c.system, Hypotheses: c.hypotheses, HypothesisTemplate: c.template, Constrain: c.Constrain,
+		TopK: c.TopK, MultiLabel: c.MultiLabel, Threshold: c.LabelThreshold, AllowNone: c.set != nil && len(c.set.None) > 0})
 	if err != nil {
 		return f, fmt.Errorf("--endpoint %w", err)
 	}

@@ -35,6 +35,9 @@ func (c *Config) Validate() error {
 			return err
 		}
 	}
+	if err := c.validScores(kind); err != nil {
+		return err
+	}
 	if err := c.validBounds(); err != nil {
 		return err
 	}
@@ -194,6 +197,7 @@ func (c *Config) validLabels(kind provider.Kind) error {
 	if err := c.readLabelSet(kind); err != nil {
 		return err
 	}
+
 	if kind.Chat && !given && c.set == nil {
 		return errors.New("--provider chat needs --labels a,b,... or --labels-file FILE: the labels the model must answer with")
 	}
