@@ -178,3 +178,39 @@ func TestMultiLabelRefusals(t *testing.T) {
 		t.Fatalf("%d calls sent", f.Calls())
 	}
 }
+
+// With --gold-column, a multi-label run's gold cells hold labels joined by
+// ';', and the summary gives micro and macro F1, subset accuracy and the
+// Hamming loss (the figures of TestMultiEvalHandComputed's rows).
+func TestMultiLabelQualityReport(t *testing.T) {
+	answers := map[string]string{
+		"one":   `[[{"label":"billing","score":0.9},{"label":"late","score":0.2},{"label":"praise","score":0.1}]]`,
+		"two":   `[[{"label":"late","score":0.8},{"label":"praise","score":0.7},{"label":"billing","score":0.1}]]`,
+		"three": `[[{"label":"praise","score":0.9},{"label":"late","score":0.1},{"label":"billing","score":0.1}]]`,
+		"four":  `[[{"label":"billing","score":0.9},{"label":"late","score":0.1},{"label":"praise","score":0.1}]]`,
+	}
+	f := &fakehf.Fake{Script: func(_ int64, texts []string, _ *http.Request) fakehf.Reply {
+		return fakehf.Reply{Body: answers[texts[0]]}
+	}}
+	srv := fakehf.Start(f)
+	defer srv.Close()
+	in := writeFile(t, "in.csv", "request_id,text,gold\n1,one,billing;late\n2,two,late\n3,three,praise\n4,four,Billing\n")
+	out := filepath.Join(t.TempDir(), "out.csv")
+	sum := filepath.Join(t.TempDir(), "sum.json")
+	r := runMain(t, map[string]string{"HF_TOKEN": "hf_x"}, "", "classify", in, "-o", out, "--no-cache", "--summary-json", sum,
+		"--endpoint", srv.URL+"/models/{model}", "--multi-label", "--gold-column", "gold")
+	if r.code != 0 || !strings.Contains(r.stderr, "micro_f1=0.8000 macro_f1=0.7778 subset_accuracy=0.5000 hamming_loss=0.1667") {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	var js struct {
+		Quality struct {
+			Multi struct {
+				HammingLoss float64 `json:"hamming_loss"`
+			} `json:"multi_label"`
+		} `json:"quality"`
+	}
+	b, _ := os.ReadFile(sum)
+	if err := json.Unmarshal(b, &js); err != nil || js.Quality.Multi.HammingLoss < 0.16 || js.Quality.Multi.HammingLoss > 0.17 {
+		t.Errorf("summary json: %s", b)
+	}
+}
