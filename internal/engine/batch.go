@@ -287,8 +287,7 @@ func (p *Pipeline) send(ctx context.Context, g *resilience.Guard, permit *resili
 		res.StartedMs, res.LatencyMs, res.Model = startedMs, latency, g.Model()
 		if u := row.Usage(); len(out) == 1 && u.Known {
 			// Every call of the row, a retried one's too, was paid for.
-			res.PromptTokens, res.CompletionTokens, res.Tokens = u.Prompt, u.Completion, true
-			res.CachedPromptTokens = u.Cached
+			res.PromptTokens, res.CompletionTokens, res.CachedPromptTokens, res.Tokens = u.Prompt, u.Completion, u.Cached, true
 		}
 		if c, ok := row.Cost(); len(out) == 1 && ok {
 			res.CostUSD, res.Costed = c, true
@@ -301,8 +300,7 @@ func (p *Pipeline) send(ctx context.Context, g *resilience.Guard, permit *resili
 		res.Label, res.Score, res.Scores = pr.Label, pr.Score, pr.Scores
 		batch[i].job.cache.usage = pr.Usage // what the answer's own call cost
 		if u := pr.Usage; len(out) > 1 && u.Known {
-			res.PromptTokens, res.CompletionTokens, res.Tokens = u.Prompt, u.Completion, true
-			res.CachedPromptTokens = u.Cached
+			res.PromptTokens, res.CompletionTokens, res.CachedPromptTokens, res.Tokens = u.Prompt, u.Completion, u.Cached, true
 		}
 		if ans.Model != "" {
 			res.Model = ans.Model

@@ -297,14 +297,19 @@ func (c *Chat) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		"choices": []any{ch},
 	}
 	if !strings.Contains(text, "#nousage#") {
-		usage := map[string]any{"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
-		if n := c.cached(req, prompt); n > 0 {
-			usage["prompt_tokens_details"] = map[string]int{"cached_tokens": n}
-		}
-		out["usage"] = usage
+		out["usage"] = c.usage(req, prompt, completion)
 	}
 	b, _ := json.Marshal(out)
 	_, _ = w.Write(b)
+}
+
+// usage is an answer's usage, with the tokens its prompt cache held.
+func (c *Chat) usage(req ChatRequest, prompt, completion int) map[string]any {
+	u := map[string]any{"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+	if n := c.cached(req, prompt); n > 0 {
+		u["prompt_tokens_details"] = map[string]int{"cached_tokens": n}
+	}
+	return u
 }
 
 // cached is the prompt tokens of req its prompt cache (CacheMin) holds.

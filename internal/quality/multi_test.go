@@ -3,6 +3,8 @@ package quality
 import (
 	"math"
 	"testing"
+
+	"github.com/hfsent/hfsent/internal/results"
 )
 
 // Multi-label figures against a hand-computed example. Rows (gold → got):
@@ -51,5 +53,20 @@ func TestMultiEvalHandComputed(t *testing.T) {
 	near("order", o.Report().SubsetAccuracy, 1)
 	if (&MultiEval{}).Report().MicroF1 != nil {
 		t.Error("a figure with no row scored")
+	}
+}
+
+// The label map applies to each of a multi-label row's labels, and to the
+// labels of its scores, on a copy.
+func TestAnswersMapMultiLabelsAndScores(t *testing.T) {
+	m, err := ParseLabelMap("LABEL_0=billing,LABEL_1=late")
+	if err != nil {
+		t.Fatal(err)
+	}
+	scores := []results.LabelScore{{Label: "LABEL_1", Score: 0.8}, {Label: "LABEL_0", Score: 0.7}}
+	r := results.Row{Label: "LABEL_0;LABEL_1", Score: 0.7, Scores: scores}
+	(&Answers{Map: m, Multi: true}).Apply(&r)
+	if r.Label != "billing;late" || r.Scores[0].Label != "late" || scores[0].Label != "LABEL_1" {
+		t.Fatalf("%+v (the model's scores: %+v)", r, scores)
 	}
 }
