@@ -32,7 +32,10 @@ const (
 func (c *Config) validScores(kind provider.Kind) error {
 	if err := first(
 		InRange("--top-k", c.TopK, 0, MaxTopK, "the label alone"),
-		InRange("--label-threshold", c.LabelThreshold, 0.0001, 1, ""),
+		// A Config built without flags holds 0: only a threshold in use
+		// is bounded.
+		refuse((c.MultiLabel || c.given("label-threshold")) && InRange("--label-threshold", c.LabelThreshold, 0.0001, 1, "") != nil,
+			"--label-threshold must be between 0.0001 and 1, got %g", c.LabelThreshold),
 		refuse(c.given("label-threshold") && !c.MultiLabel, "--label-threshold is for --multi-label: it chooses the labels whose scores reach it"),
 		refuse(c.TopK > 0 && c.MultiLabel, "--top-k and --multi-label: with --multi-label, scores holds every label the answer scored; give one"),
 	); err != nil || !c.MultiLabel {
