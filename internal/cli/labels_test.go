@@ -49,7 +49,8 @@ func TestLabelFilePrefixIsByteIdentical(t *testing.T) {
 	const a, b = "lovely staff", "terrible wait; two hours late"
 	in := writeFile(t, "in.csv", "request_id,text\n1,"+a+"\n2,"+b+"\n")
 	out := filepath.Join(t.TempDir(), "out.csv")
-	r := runMain(t, map[string]string{"HF_TOKEN": "hf_x"}, "", append([]string{"classify", in, "-o", out},
+	// One call at a time: the bodies in the rows' order.
+	r := runMain(t, map[string]string{"HF_TOKEN": "hf_x"}, "", append([]string{"classify", in, "-o", out, "-c", "1"},
 		labelChatArgs(srv.URL, "--labels-file", lf, "--examples", ex, "--examples-per-label", "1")...)...)
 	if r.code != 0 {
 		t.Fatalf("exit %d: %s", r.code, r.stderr)
