@@ -214,3 +214,16 @@ func TestMultiLabelQualityReport(t *testing.T) {
 		t.Errorf("summary json: %s", b)
 	}
 }
+
+// The repo's fake chat server, held to the array schema, answers an array
+// of one label; each row gets it.
+func TestMultiLabelChatAgainstTheFakesSchema(t *testing.T) {
+	f := &fakehf.Chat{}
+	srv := fakehf.StartChat(f)
+	defer srv.Close()
+	in := writeFile(t, "in.csv", "request_id,text\n1,lovely staff\n2,terrible wait\n")
+	rows := classifyRows(t, in, 0, append(chatArgs(srv.URL), "--multi-label")...)
+	if rows[0]["label"] != "positive" || rows[1]["label"] != "negative" || rows[0]["score"] != "" {
+		t.Fatalf("%v", rows)
+	}
+}

@@ -98,11 +98,15 @@ func (c *Chat) multiLabels(content string) (idx []int, form answerForm, ok bool)
 		form = formJSON
 		var doc struct {
 			Labels []string `json:"labels"`
+			Label  *string  `json:"label"` // a server that answered one
 		}
 		if json.Unmarshal([]byte(t), &doc) != nil {
 			return nil, form, false
 		}
 		parts = doc.Labels
+		if doc.Labels == nil && doc.Label != nil {
+			parts = []string{*doc.Label}
+		}
 	} else {
 		parts = strings.FieldsFunc(t, func(r rune) bool { return r == ',' || r == ';' || r == '\n' })
 	}
