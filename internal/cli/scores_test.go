@@ -227,3 +227,25 @@ func TestMultiLabelChatAgainstTheFakesSchema(t *testing.T) {
 		t.Fatalf("%v", rows)
 	}
 }
+
+// A multi-label answer that is no list of labels is asked again with the
+// multi-label correction (a list, not one label).
+func TestMultiLabelChatSecondCallAsksForAList(t *testing.T) {
+	f := &fakehf.Chat{Raw: func(req fakehf.ChatRequest) string {
+		last := req.Messages[len(req.Messages)-1].Content
+		content := "no idea"
+		if len(req.Messages) > 2 && strings.HasPrefix(last, "That answer is not a list of the labels") {
+			content = "late, billing"
+		}
+		b, _ := json.Marshal(map[string]any{"choices": []any{map[string]any{"message": map[string]any{"content": content}}}})
+		return string(b)
+	}}
+	srv := fakehf.StartChat(f)
+	defer srv.Close()
+	in := writeFile(t, "in.csv", "request_id,text\n1,charged twice and late\n")
+	rows := classifyRows(t, in, 0, "--provider", "chat", "--model", "m", "--endpoint", srv.URL+"/v1/chat/completions",
+		"--labels", "billing,late,praise", "--multi-label", "--constrain", "off")
+	if rows[0]["label"] != "billing;late" || rows[0]["attempts"] != "2" {
+		t.Fatalf("%v", rows[0])
+	}
+}

@@ -345,13 +345,20 @@ func (c *Chat) system() string {
 // which named no label: the same instruction again, said of that answer.
 const correction = "That answer names none of the labels. Answer again with exactly one of these labels, written as given, and nothing else: "
 
+// multiCorrection is correction under --multi-label.
+const multiCorrection = "That answer is not a list of the labels. Answer again with every one of these labels that applies, written as given and separated by commas, and nothing else: "
+
 func (c *Chat) request(text string, o sendOpts) chatRequest {
 	req := chatRequest{Model: c.cfg.Model, Messages: c.messages(text),
 		MaxTokens: maxTokensFor(o.constraint, c.longestRunes, c.longestBytes)}
 	if o.unlabelled != nil {
+		again := correction
+		if c.cfg.MultiLabel {
+			again = multiCorrection
+		}
 		req.Messages = append(req.Messages,
 			chatMessage{Role: "assistant", Content: *o.unlabelled},
-			chatMessage{Role: "user", Content: correction + c.labelsText})
+			chatMessage{Role: "user", Content: again + c.labelsText})
 	}
 	if o.logprobs {
 		req.Logprobs, req.TopLogprobs = true, c.topLogprobs
