@@ -249,3 +249,18 @@ func TestMultiLabelChatSecondCallAsksForAList(t *testing.T) {
 		t.Fatalf("%v", rows[0])
 	}
 }
+
+// A row answered from an identical text's answer (--dedupe) has its
+// scores too.
+func TestTopKReusedRowHasItsScores(t *testing.T) {
+	f := &fakehf.Fake{Script: func(_ int64, texts []string, _ *http.Request) fakehf.Reply {
+		return fakehf.Reply{Body: `[[{"label":"joy","score":0.7},{"label":"anger","score":0.2},{"label":"fear","score":0.1}]]`}
+	}}
+	srv := fakehf.Start(f)
+	defer srv.Close()
+	in := writeFile(t, "in.csv", "request_id,text\n1,same text\n2,same text\n")
+	rows := classifyRows(t, in, 0, "--endpoint", srv.URL+"/models/{model}", "--top-k", "2", "-c", "1")
+	if f.Calls() != 1 || rows[1]["scores"] != "joy=0.7;anger=0.2" {
+		t.Fatalf("%d calls: %v", f.Calls(), rows)
+	}
+}

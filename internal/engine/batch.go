@@ -113,7 +113,7 @@ func (p *Pipeline) release(it item, res results.Row) {
 // the latency percentiles and the calls in flight.
 func (p *Pipeline) finishReused(j *Job, a answer) {
 	p.reused.Add(1)
-	p.finish(j, results.Row{Outcome: outcome.Success, Label: p.names.name(a.label), Score: a.score,
+	p.finish(j, results.Row{Outcome: outcome.Success, Label: p.names.name(a.label), Score: a.score, Scores: a.scores,
 		Model: p.names.name(a.model), StartedMs: -1, Stage: int(a.stage)})
 }
 
