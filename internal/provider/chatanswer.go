@@ -114,7 +114,7 @@ func readUsage(raw json.RawMessage) Usage {
 		// each server's name for them: OpenAI's (and vLLM's, the router's)
 		// prompt_tokens_details.cached_tokens, DeepSeek's
 		// prompt_cache_hit_tokens, Anthropic's cache_read_input_tokens.
-		Details struct {
+		PromptDetails struct {
 			Cached json.RawMessage `json:"cached_tokens"`
 		} `json:"prompt_tokens_details"`
 		CacheHit  json.RawMessage `json:"prompt_cache_hit_tokens"`
@@ -133,7 +133,7 @@ func readUsage(raw json.RawMessage) Usage {
 	if f, ok := usageNumber(doc.Cost); ok {
 		u.Cost, u.Costed = f, true
 	}
-	for _, raw := range []json.RawMessage{doc.Details.Cached, doc.CacheHit, doc.CacheRead} {
+	for _, raw := range []json.RawMessage{doc.PromptDetails.Cached, doc.CacheHit, doc.CacheRead} {
 		if n, ok := tokenCount(raw); ok && u.Known {
 			// Part of the prompt: a count over it is not believed past it,
 			// so that no token is counted twice.
