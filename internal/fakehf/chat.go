@@ -104,6 +104,12 @@ type Chat struct {
 	Raw func(req ChatRequest) string
 	// ReasoningTokens is what a reasoning model's answer spends reasoning.
 	ReasoningTokens int
+	// CacheMin, when set, is a prompt cache as OpenAI's: a call whose
+	// system message was sent before, and whose prompt is CacheMin tokens
+	// or more, reports as usage.prompt_tokens_details.cached_tokens the
+	// system message's tokens, rounded down to CacheMin and a multiple of
+	// 128 more (none under CacheMin).
+	CacheMin int
 
 	calls, rejected atomic.Int64
 	tokens          atomic.Int64 // tokens charged to accepted calls
@@ -113,6 +119,7 @@ type Chat struct {
 	bucket          bucketState
 	window          bucketState // Window's hidden bucket
 	seen            map[string]bool
+	prefixes        map[string]bool // system messages sent (CacheMin)
 	firstCall       time.Time
 }
 
@@ -305,8 +312,7 @@ func (c *Chat) answer(w http.ResponseWriter, req ChatRequest, text string, ch ma
 	}
 	if !strings.Contains(text, "#nousage#") {
 		completion += reasoning
-		out["usage"] = map[string]any{"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
-			"completion_tokens_details": map[string]int{"reasoning_tokens": reasoning}}
+		out["usage"] = c.usage(req, prompt, completion, reasoning)
 	}
 	b, _ := json.Marshal(out)
 	_, _ = w.Write(b)
@@ -364,6 +370,36 @@ func (c *Chat) record(r *http.Request) (n int64, body []byte, refusing bool) {
 		c.headers = append(c.headers, r.Header.Clone())
 	}
 	return n, body, time.Since(c.firstCall) < c.RefuseFor
+}
+
+// usage is an answer's usage, with the tokens its prompt cache held.
+func (c *Chat) usage(req ChatRequest, prompt, completion, reasoning int) map[string]any {
+	u := map[string]any{"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
+		"completion_tokens_details": map[string]int{"reasoning_tokens": reasoning}}
+	if n := c.cached(req, prompt); n > 0 {
+		u["prompt_tokens_details"] = map[string]int{"cached_tokens": n}
+	}
+	return u
+}
+
+// cached is the prompt tokens of req its prompt cache (CacheMin) holds.
+func (c *Chat) cached(req ChatRequest, prompt int) int {
+	if c.CacheMin <= 0 || len(req.Messages) == 0 || req.Messages[0].Role != "system" || prompt < c.CacheMin {
+		return 0
+	}
+	sys := req.Messages[0].Content
+	c.mu.Lock()
+	seen := c.prefixes[sys]
+	if c.prefixes == nil {
+		c.prefixes = map[string]bool{}
+	}
+	c.prefixes[sys] = true
+	c.mu.Unlock()
+	n := ChatTokens(sys) + 4
+	if !seen || n < c.CacheMin {
+		return 0
+	}
+	return c.CacheMin + (n-c.CacheMin)/128*128
 }
 
 func (c *Chat) content(text string) string {

@@ -48,6 +48,24 @@ type Spec struct {
 	Labels []string
 	// Prompt is chat's template ({labels}, {text}); "" the default.
 	Prompt string
+	// System is chat's fixed part (a label file rendered): sent as the
+	// system message, before the row's text, in place of the default
+	// instruction; "" the default. Not with Prompt.
+	System string
+	// Hypotheses, when set with hf's Labels (a label file's descriptions),
+	// are sent as the candidates in their place, one per label in order,
+	// with HypothesisTemplate; the answer's hypothesis is read back as its
+	// label.
+	Hypotheses         []string
+	HypothesisTemplate string
+	// TopK asks for the TopK best labels' scores (--top-k); MultiLabel for
+	// several labels a text (--multi-label), those whose scores reach
+	// Threshold (hf) or the model names (chat: at least one, unless
+	// AllowNone).
+	TopK       int
+	MultiLabel bool
+	Threshold  float64
+	AllowNone  bool
 	// Constrain is chat's --constrain ("" is auto).
 	Constrain string
 	// ReasoningEffort, MaxCompletionTokens and ServiceTier are chat's
@@ -109,6 +127,11 @@ func openHF(api string) func(Spec) (Classifier, Info, error) {
 			BillTo:         s.BillTo,
 			Logger:         s.Logger,
 			Labels:         s.Labels,
+			Hypotheses:     s.Hypotheses,
+			Template:       s.HypothesisTemplate,
+			TopK:           s.TopK,
+			MultiLabel:     s.MultiLabel,
+			Threshold:      s.Threshold,
 		})
 		if err != nil {
 			return nil, Info{}, err
@@ -137,6 +160,9 @@ func openChat(s Spec) (Classifier, Info, error) {
 		Client:              s.Client,
 		BillTo:              s.BillTo,
 		Logger:              s.Logger,
+		System:              s.System,
+		MultiLabel:          s.MultiLabel,
+		AllowNone:           s.AllowNone,
 	})
 	if err != nil {
 		return nil, Info{}, err

@@ -37,6 +37,9 @@ func (c *Config) Validate() error {
 			return err
 		}
 	}
+	if err := c.validScores(kind); err != nil {
+		return err
+	}
 	if err := c.validBounds(); err != nil {
 		return err
 	}
@@ -133,6 +136,9 @@ func (c *Config) validPrices(kind provider.Kind) error {
 	return first(
 		InRange("--price-in", c.PriceIn, 0, MaxPrice, ""),
 		InRange("--price-out", c.PriceOut, 0, MaxPrice, ""),
+		InRange("--price-cached-in", c.PriceCachedIn, 0, MaxPrice, ""),
+		refuse(c.given("price-cached-in") && !in && c.Prices == "", "--price-cached-in goes with --price-in and --price-out: it prices the cached part of the prompt tokens they price"),
+		refuse(c.given("price-cached-in") && c.Prices != "", "--price-cached-in and --prices: the price file gives each model's cached rate (cache_read_input_token_cost); give one"),
 		refuse(in != out, "--price-in and --price-out go together: a price for one kind of token only would guess the other"),
 		refuse((in || out) && c.Prices != "", "--prices and --price-in/--price-out contradict each other; give one"),
 		refuse(c.PricesGiven() && !kind.Chat, "--price-in, --price-out and --prices price the usage a chat model reports (--provider chat); --provider %s reports none", c.Provider),
@@ -141,7 +147,7 @@ func (c *Config) validPrices(kind provider.Kind) error {
 
 // PricesGiven reports whether any price setting was given.
 func (c *Config) PricesGiven() bool {
-	return c.given("price-in") || c.given("price-out") || c.Prices != ""
+	return c.given("price-in") || c.given("price-out") || c.given("price-cached-in") || c.Prices != ""
 }
 
 // validAnswers checks what the run does to the answers: --label-map,
@@ -190,8 +196,12 @@ func (c *Config) validLabels(kind provider.Kind) error {
 			return err
 		}
 	}
-	if kind.Chat && !given {
-		return errors.New("--provider chat needs --labels a,b,...: the labels the model must answer with")
+	if err := c.readLabelSet(kind); err != nil {
+		return err
+	}
+
+	if kind.Chat && !given && c.set == nil {
+		return errors.New("--provider chat needs --labels a,b,... or --labels-file FILE: the labels the model must answer with")
 	}
 	if c.PromptFile != "" {
 		if !kind.Chat && !strings.HasPrefix(fallback, ChatPrefix) {
@@ -244,7 +254,7 @@ func (c *Config) readPrompt() error {
 // and the policies around it read: --provider local ignores them.
 var remoteFlags = []string{"model", "endpoint", "adaptive", "rps", "burst", "timeout", "connect-timeout", "retries",
 	"breaker-threshold", "breaker-window", "breaker-min-calls", "breaker-cooldown", "fallback-model", "fallback-endpoint", "bill-to",
-	"labels", "prompt-file", "token-env", "tpm", "constrain"}
+	"labels", "prompt-file", "token-env", "tpm", "constrain", "labels-file", "examples", "examples-per-label"}
 
 // Ignored lists the settings given that this provider ignores (the
 // embedded model reads none of the remote ones), as --flags.
