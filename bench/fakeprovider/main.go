@@ -73,8 +73,24 @@ func main() {
 	chatWindow := flag.Duration("chat-window", 0, "with -chat: also hold the rate over this shorter window, which the headers never show (at most rate×window tokens in any window)")
 	chatNoLimitHeaders := flag.Bool("chat-no-limit-headers", false, "with -chat: send no x-ratelimit header at all")
 	chatRetryAfterMs := flag.Bool("chat-retry-after-ms", false, "with -chat: send retry-after-ms with a 429 (the time until the call's tokens are there)")
+	chatGold := flag.String("chat-gold", "", "with -chat: answer the texts of this CSV (text and gold columns) as a model right -chat-gold-p of the time, deterministic per text, with informative logprobs (fakehf.Gold)")
+	chatGoldP := flag.Float64("chat-gold-p", 0.93, "with -chat-gold: the share of texts answered their gold label")
+	chatGoldText := flag.String("chat-gold-text-column", "text", "with -chat-gold: the text column")
+	chatGoldColumn := flag.String("chat-gold-column", "gold", "with -chat-gold: the gold label column")
 	batchOpts := addBatchFlags()
 	flag.Parse()
+	var gold *fakehf.Gold
+	if *chatGold != "" {
+		f, err := os.Open(*chatGold)
+		if err != nil {
+			log.Fatal(err)
+		}
+		gold, err = fakehf.ReadGold(f, *chatGoldText, *chatGoldColumn, *chatGoldP)
+		f.Close()
+		if err != nil {
+			log.Fatal(err)
+		}
+	}
 
 	var rejected, failed, outage, poisoned, loading atomic.Int64
 	var firstOnce sync.Once
@@ -183,7 +199,7 @@ func main() {
 			burst = *chatRate
 		}
 		chatFake = &fakehf.Chat{Latency: *latency, NoRecord: true, Bucket: fakehf.Bucket{Rate: *chatRate, Burst: burst}, HeadersOn429Only: *chatNoHeaders,
-			Window: *chatWindow, NoLimitHeaders: *chatNoLimitHeaders, RetryAfterMs: *chatRetryAfterMs}
+			Window: *chatWindow, NoLimitHeaders: *chatNoLimitHeaders, RetryAfterMs: *chatRetryAfterMs, Gold: gold}
 		h, calls = chatFake, chatFake.Calls
 	}
 	var batchFake *fakehf.Batch
