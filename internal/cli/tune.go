@@ -206,8 +206,9 @@ func (o *tuneOptions) runStage(ctx context.Context, file *stage.File, k int, dir
 	name := fmt.Sprintf("stage %d (%s)", k+1, c.ModelName())
 	log.Info("tune: running a stage over the gold rows", "stage", k+1, "model", c.ModelName())
 	var stderr bytes.Buffer
-	sub := &IOStreams{In: ios.In, Out: io.Discard, ErrOut: &stderr}
-	if code := Main(args, sub); code != ExitOK && code != ExitQuality {
+	sub := *ios
+	sub.Out, sub.ErrOut = io.Discard, &stderr
+	if code := Main(args, &sub); code != ExitOK && code != ExitQuality {
 		fmt.Fprint(ios.ErrOut, stderr.String())
 		return nil, nil, &exitError{code: ExitRowsFailed, err: fmt.Errorf("%s: its run over the gold rows exited %d", name, code)}
 	}
