@@ -273,17 +273,28 @@ func TestQueueKill9AttemptsCountTheLostCall(t *testing.T) {
 		}
 	}
 	seen := fake.Seen()
-	twice := 0
+	twice, unseen := 0, 0
 	for i, r := range exportRows(t, db, "k9a") {
 		n := seen[rows[i][1]]
 		if n == 2 {
 			twice++
 		}
+		// A claim the victim marked sent but whose request had not left
+		// when it was killed counts as a call the provider never saw:
+		// the queue cannot tell it from one lost in flight, and counting
+		// it keeps the cap exact. At most the victim's -c such rows.
+		if r["outcome"] == "success" && r["attempts"] == fmt.Sprint(n+1) {
+			unseen++
+			continue
+		}
 		if r["outcome"] != "success" || r["attempts"] != fmt.Sprint(n) {
 			t.Errorf("%s: %s with attempts=%s; the provider saw it %d times", r["request_id"], r["outcome"], r["attempts"], n)
 		}
 	}
-	if twice == 0 {
+	if unseen > 4 {
+		t.Errorf("%d rows count a call the provider never saw; at most the killed worker's 4 in flight may", unseen)
+	}
+	if twice+unseen == 0 {
 		t.Fatal("no row was sent twice: the killed worker had nothing in flight, so nothing was tested")
 	}
 }

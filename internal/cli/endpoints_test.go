@@ -89,7 +89,9 @@ func TestEndpointFlagsRefusedBeforeAnyCall(t *testing.T) {
 }
 
 // --provider tei (or an --endpoint ending in /predict) speaks TEI's batch
-// form: every label right with --batch-size 8, one call per batch.
+// form: every label right with --batch-size 8, one call per batch. The
+// response cache is off: with two distinct texts, a batch formed after the
+// first one was answered would be answered from it, one call fewer.
 func TestClassifyTEI(t *testing.T) {
 	tei := &fakehf.TEI{}
 	srv := httptest.NewServer(tei)
@@ -107,7 +109,7 @@ func TestClassifyTEI(t *testing.T) {
 	for _, args := range [][]string{{"--provider", "tei", "--endpoint", srv.URL}, {"--endpoint", srv.URL + "/predict"}} {
 		before := tei.Calls()
 		out := filepath.Join(t.TempDir(), "out.csv")
-		r := runMain(t, nil, "", append([]string{"classify", in, "-o", out, "--batch-size", "8", "--no-dedupe", "--no-progress"}, args...)...)
+		r := runMain(t, nil, "", append([]string{"classify", in, "-o", out, "--batch-size", "8", "--no-dedupe", "--no-cache", "--no-progress"}, args...)...)
 		data, _ := os.ReadFile(out)
 		rows := parseResults(t, string(data))
 		if r.code != ExitOK || len(rows) != 32 {
