@@ -77,8 +77,24 @@ func main() {
 	chatRetryAfterMs := flag.Bool("chat-retry-after-ms", false, "with -chat: send retry-after-ms with a 429 (the time until the call's tokens are there)")
 	chatCacheMin := flag.Int("chat-cache-min", 0, "with -chat: a prompt cache as OpenAI's: a call repeating a system message of this many tokens or more reports them (in steps of 128) as usage.prompt_tokens_details.cached_tokens (0: none)")
 	chatOracle := flag.String("chat-oracle", "", "with -chat: a CSV with text and gold columns; a text found there is answered its gold label, whatever the prompt says (an oracle: it reads neither labels nor descriptions)")
+	chatGold := flag.String("chat-gold", "", "with -chat: answer the texts of this CSV (text and gold columns) as a model right -chat-gold-p of the time, deterministic per text, with informative logprobs (fakehf.Gold)")
+	chatGoldP := flag.Float64("chat-gold-p", 0.93, "with -chat-gold: the share of texts answered their gold label")
+	chatGoldText := flag.String("chat-gold-text-column", "text", "with -chat-gold: the text column")
+	chatGoldColumn := flag.String("chat-gold-column", "gold", "with -chat-gold: the gold label column")
 	batchOpts := addBatchFlags()
 	flag.Parse()
+	var gold *fakehf.Gold
+	if *chatGold != "" {
+		f, err := os.Open(*chatGold)
+		if err != nil {
+			log.Fatal(err)
+		}
+		gold, err = fakehf.ReadGold(f, *chatGoldText, *chatGoldColumn, *chatGoldP)
+		f.Close()
+		if err != nil {
+			log.Fatal(err)
+		}
+	}
 
 	var rejected, failed, outage, poisoned, loading atomic.Int64
 	var firstOnce sync.Once
@@ -187,7 +203,7 @@ func main() {
 			burst = *chatRate
 		}
 		chatFake = &fakehf.Chat{Latency: *latency, NoRecord: true, Bucket: fakehf.Bucket{Rate: *chatRate, Burst: burst}, HeadersOn429Only: *chatNoHeaders,
-			Window: *chatWindow, NoLimitHeaders: *chatNoLimitHeaders, RetryAfterMs: *chatRetryAfterMs, CacheMin: *chatCacheMin}
+			Window: *chatWindow, NoLimitHeaders: *chatNoLimitHeaders, RetryAfterMs: *chatRetryAfterMs, CacheMin: *chatCacheMin, Gold: gold}
 		if *chatOracle != "" {
 			chatFake.Answer = oracle(*chatOracle)
 		}

@@ -55,6 +55,10 @@ type Chat struct {
 	Token string
 	// Answer, when set, is the content answered for the user's text.
 	Answer func(text string) string
+	// Gold, when set, answers the texts of its gold file (gold.go): the
+	// gold label with its probability, else another, with logprobs that
+	// carry information.
+	Gold *Gold
 	// RefuseLogprobs answers every request that asks for logprobs 400, as
 	// a server that does not support them does.
 	RefuseLogprobs bool
@@ -259,7 +263,7 @@ func (c *Chat) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if c.Truncate && c.Context > 0 {
 		prompt = min(prompt, c.Context)
 	}
-	plain := k.kind == "" || c.Answer != nil || strings.Contains(text, "#unlabelled#") || strings.Contains(text, "#several#")
+	plain := k.kind == "" || c.Answer != nil || c.Gold != nil || strings.Contains(text, "#unlabelled#") || strings.Contains(text, "#several#")
 	content := c.content(text)
 	var ch map[string]any
 	if !plain {
@@ -411,13 +415,26 @@ func (c *Chat) content(text string) string {
 	case c.Answer != nil:
 		return c.Answer(text)
 	}
+	if c.Gold != nil {
+		if l, _, ok := c.Gold.Answer(text); ok {
+			return titleCase(l) + "."
+		}
+	}
 	l, _ := Label(text)
-	return l[:1] + strings.ToLower(l[1:]) + "."
+	return titleCase(l) + "."
+}
+
+func titleCase(l string) string {
+	if l == "" {
+		return l
+	}
+	return strings.ToUpper(l[:1]) + strings.ToLower(l[1:])
 }
 
 // choice is choices[0]: the content, and logprobs unless the text says
 // none: the first token's alternatives are the answer's first three
-// letters at 90%, the other label's at 8%, and a word that is no label.
+// letters at 90% (or the Gold's probability), the other label's at 8%
+// (the rest, less 2%, under Gold), and a word that is no label.
 func (c *Chat) choice(content string, req ChatRequest, text string) map[string]any {
 	ch := map[string]any{"index": 0, "finish_reason": "stop",
 		"message": map[string]any{"role": "assistant", "content": content}}
@@ -437,12 +454,18 @@ func (c *Chat) choice(content string, req ChatRequest, text string) map[string]a
 		Token   string  `json:"token"`
 		Logprob float64 `json:"logprob"`
 	}
-	top := []alt{{first, math.Log(0.9)}, {other, math.Log(0.08)}, {"The", math.Log(0.02)}}
+	p, q := 0.9, 0.08
+	if c.Gold != nil {
+		if _, gp, ok := c.Gold.Answer(text); ok {
+			p, q = gp, math.Max(0.001, 0.98-gp)
+		}
+	}
+	top := []alt{{first, math.Log(p)}, {other, math.Log(q)}, {"The", math.Log(0.02)}}
 	if req.TopLogprobs > 0 && req.TopLogprobs < len(top) {
 		top = top[:req.TopLogprobs]
 	}
 	ch["logprobs"] = map[string]any{"content": []any{
-		map[string]any{"token": first, "logprob": math.Log(0.9), "top_logprobs": top},
+		map[string]any{"token": first, "logprob": math.Log(p), "top_logprobs": top},
 	}}
 	return ch
 }
