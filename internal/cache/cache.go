@@ -213,6 +213,8 @@ const (
 	// write fewer pages an entry.
 	writeBatch = 8192
 	writeWait  = time.Second
+	// writeIdle: a queue quiet this long is committed at once.
+	writeIdle = 20 * time.Millisecond
 )
 
 // write commits what is queued, in batches, until the queue is closed.
@@ -240,10 +242,15 @@ func (c *Cache) write() {
 }
 
 // gather adds queued entries to batch until it holds writeBatch, writeWait
-// has passed, or the queue is closed (false: commit and stop).
+// has passed, no entry came for writeIdle, or the queue is closed (false:
+// commit and stop). The idle rule keeps a quiet run's answers (serve's
+// occasional request) visible to its next lookup at once; a fill, whose
+// entries come without pause, still commits in big batches.
 func (c *Cache) gather(batch *[]Stored) bool {
 	t := time.NewTimer(writeWait)
 	defer t.Stop()
+	idle := time.NewTimer(writeIdle)
+	defer idle.Stop()
 	for len(*batch) < writeBatch {
 		select {
 		case s, ok := <-c.queue:
@@ -251,6 +258,9 @@ func (c *Cache) gather(batch *[]Stored) bool {
 				return false
 			}
 			*batch = append(*batch, s)
+			idle.Reset(writeIdle)
+		case <-idle.C:
+			return true
 		case <-t.C:
 			return true
 		}
