@@ -11,11 +11,36 @@
 #      (internal/engine's BenchmarkRow; the call goes to a chat fake on
 #      loopback with no latency, the least a call can cost).
 #
-#   bench/cache.sh [ROWS] [ROUNDS]
+#   0. the fill (issue 31): FILL_ROWS rows (default 300000) at -c 64, the
+#      default flags, against the fake provider answering at once: an
+#      empty cache against --no-cache, wall and peak RSS, and with
+#      BASE_BIN (an earlier build) the same two beside them;
+#
+#   bench/cache.sh [ROWS] [ROUNDS]        BASE_BIN=/tmp/hfsent-base FILL_ROWS=300000
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 rows=${1:-100000}
 rounds=${2:-3}
+
+fill_rows=${FILL_ROWS:-300000}
+gen_csv "$fill_rows" "$work/fill.csv" "review: fine"
+start_fake
+fill() { # NAME BIN ARGS...: wall and peak RSS of one run of the fill rows
+  local name=$1 bin=$2
+  shift 2
+  rm -rf "$work/fillcache"
+  /usr/bin/time -f "%e %U %S %M" -o "$work/time" env HF_TOKEN=hf_bench "$bin" classify "$work/fill.csv" -o /dev/null \
+    --endpoint "http://$(fake_addr)" -c 64 --no-progress "$@" 2>"$work/$name.log"
+  read -r wall user sys rss <"$work/time"
+  printf "fill %-13s rows=%d wall=%.1fs cpu=%.1fs peak_rss=%.1fMiB\n" "$name" "$fill_rows" "$wall" "$(echo "$user + $sys" | bc)" "$(echo "$rss / 1024" | bc -l)"
+}
+for bin in ${BASE_BIN:+"$BASE_BIN"} "$work/hfsent"; do
+  tag=this
+  [[ $bin == "${BASE_BIN:-}" ]] && tag=base
+  fill "$tag-cache" "$bin" --cache-dir "$work/fillcache"
+  fill "$tag-no-cache" "$bin" --no-cache
+done
+stop_fake
 awk -v n="$rows" 'BEGIN { print "request_id,text"; for (i = 0; i < n; i++) printf "r%d,\"the service was good and quick %d\"\n", i, i }' >"$work/in.csv"
 start_fake -chat -latency 2ms
 chat=(--provider chat --model bench/chat --labels positive,negative --endpoint "http://$(fake_addr)/v1/chat/completions" --cache-dir "$work/cache" --no-progress)

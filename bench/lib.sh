@@ -67,7 +67,8 @@ pg_cpu_ticks() {
   {
     sed 's/^.*) //' "/proc/$pm/stat" | awk '{ print $12 + $13 + $14 + $15 }'
     for c in $(cat /proc/$pm/task/*/children 2>/dev/null); do
-      sed 's/^.*) //' "/proc/$c/stat" 2>/dev/null | awk '{ print $12 + $13 }'
+      # A backend may exit between the listing and the read.
+      sed 's/^.*) //' "/proc/$c/stat" 2>/dev/null | awk '{ print $12 + $13 }' || true
     done
   } | awk '{ s += $1 } END { print s }'
 }

@@ -28,6 +28,7 @@
 package main
 
 import (
+	"encoding/csv"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -37,6 +38,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -73,8 +75,26 @@ func main() {
 	chatWindow := flag.Duration("chat-window", 0, "with -chat: also hold the rate over this shorter window, which the headers never show (at most rate×window tokens in any window)")
 	chatNoLimitHeaders := flag.Bool("chat-no-limit-headers", false, "with -chat: send no x-ratelimit header at all")
 	chatRetryAfterMs := flag.Bool("chat-retry-after-ms", false, "with -chat: send retry-after-ms with a 429 (the time until the call's tokens are there)")
+	chatCacheMin := flag.Int("chat-cache-min", 0, "with -chat: a prompt cache as OpenAI's: a call repeating a system message of this many tokens or more reports them (in steps of 128) as usage.prompt_tokens_details.cached_tokens (0: none)")
+	chatOracle := flag.String("chat-oracle", "", "with -chat: a CSV with text and gold columns; a text found there is answered its gold label, whatever the prompt says (an oracle: it reads neither labels nor descriptions)")
+	chatGold := flag.String("chat-gold", "", "with -chat: answer the texts of this CSV (text and gold columns) as a model right -chat-gold-p of the time, deterministic per text, with informative logprobs (fakehf.Gold)")
+	chatGoldP := flag.Float64("chat-gold-p", 0.93, "with -chat-gold: the share of texts answered their gold label")
+	chatGoldText := flag.String("chat-gold-text-column", "text", "with -chat-gold: the text column")
+	chatGoldColumn := flag.String("chat-gold-column", "gold", "with -chat-gold: the gold label column")
 	batchOpts := addBatchFlags()
 	flag.Parse()
+	var gold *fakehf.Gold
+	if *chatGold != "" {
+		f, err := os.Open(*chatGold)
+		if err != nil {
+			log.Fatal(err)
+		}
+		gold, err = fakehf.ReadGold(f, *chatGoldText, *chatGoldColumn, *chatGoldP)
+		f.Close()
+		if err != nil {
+			log.Fatal(err)
+		}
+	}
 
 	var rejected, failed, outage, poisoned, loading atomic.Int64
 	var firstOnce sync.Once
@@ -183,7 +203,10 @@ func main() {
 			burst = *chatRate
 		}
 		chatFake = &fakehf.Chat{Latency: *latency, NoRecord: true, Bucket: fakehf.Bucket{Rate: *chatRate, Burst: burst}, HeadersOn429Only: *chatNoHeaders,
-			Window: *chatWindow, NoLimitHeaders: *chatNoLimitHeaders, RetryAfterMs: *chatRetryAfterMs}
+			Window: *chatWindow, NoLimitHeaders: *chatNoLimitHeaders, RetryAfterMs: *chatRetryAfterMs, CacheMin: *chatCacheMin, Gold: gold}
+		if *chatOracle != "" {
+			chatFake.Answer = oracle(*chatOracle)
+		}
 		h, calls = chatFake, chatFake.Calls
 	}
 	var batchFake *fakehf.Batch
@@ -262,4 +285,35 @@ func truncates(r *http.Request) bool {
 		} `json:"parameters"`
 	}
 	return json.Unmarshal(fakehf.Body(r), &req) == nil && req.Parameters.Truncation
+}
+
+// oracle answers a text its gold label from a CSV with text and gold
+// columns, and any other text as the fake model does.
+func oracle(path string) func(string) string {
+	f, err := os.Open(path)
+	if err != nil {
+		log.Fatalf("-chat-oracle: %v", err)
+	}
+	defer f.Close()
+	rows, err := csv.NewReader(f).ReadAll()
+	if err != nil || len(rows) == 0 {
+		log.Fatalf("-chat-oracle %s: not a CSV with a header: %v", path, err)
+	}
+	text, gold := slices.Index(rows[0], "text"), slices.Index(rows[0], "gold")
+	if text < 0 || gold < 0 {
+		log.Fatalf("-chat-oracle %s: no text or gold column", path)
+	}
+	answers := make(map[string]string, len(rows))
+	for _, r := range rows[1:] {
+		if len(r) > max(text, gold) {
+			answers[r[text]] = r[gold]
+		}
+	}
+	return func(t string) string {
+		if g, ok := answers[t]; ok {
+			return g
+		}
+		l, _ := fakehf.Label(t)
+		return l
+	}
 }

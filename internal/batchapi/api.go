@@ -126,7 +126,8 @@ func deref[T any](p *T) T {
 }
 
 // Create creates a batch of the requests in the uploaded file inputFileID,
-// for /v1/chat/completions within 24h. It is not retried: a batch made
+// for /v1/chat/completions within 24h. It is retried only after a 429
+// (which made no batch), never after another failure: a batch made
 // twice is paid for twice (record the file id before, and List to find a
 // batch whose create was sent but whose answer was lost).
 func (c *Client) Create(ctx context.Context, inputFileID string) (Batch, error) {

@@ -231,9 +231,34 @@ func (c *Client) do(ctx context.Context, op, method, path string, in, v any, ide
 		return decode(op, resp, v)
 	}
 	if !idempotent {
-		return attempt(ctx)
+		return c.retry429(ctx, op, attempt)
 	}
 	return c.retry(ctx, op, attempt)
+}
+
+// notRetried carries an error retry must return as it is.
+type notRetried struct{ err error }
+
+func (n notRetried) Error() string { return n.err.Error() }
+
+// retry429 retries a call that is not idempotent (a batch's create) only
+// after a 429, which refused it before it did anything (no batch made),
+// waited for as the GETs' are; any other failure is returned at once.
+func (c *Client) retry429(ctx context.Context, op string, attempt func(context.Context) error) error {
+	err := c.retry(ctx, op, func(ctx context.Context) error {
+		err := attempt(ctx)
+		if e, ok := AsError(err); ok && e.Status == 429 && e.Code != "insufficient_quota" {
+			return err
+		}
+		if err != nil {
+			return notRetried{err}
+		}
+		return nil
+	})
+	if n, ok := err.(notRetried); ok {
+		return n.err
+	}
+	return err
 }
 
 // decode reads a 2xx JSON answer into v, bounded.

@@ -189,3 +189,24 @@ func TestRootOf(t *testing.T) {
 		t.Errorf("err %v", err)
 	}
 }
+
+// A 429 on create made no batch: it is waited for and sent again.
+func TestCreateRetriedAfter429(t *testing.T) {
+	o, srv := newOpenAI(t)
+	c := o.client(srv)
+	n := 0
+	o.fail = func(r *http.Request) (int, string, http.Header, bool) {
+		if r.Method != "POST" || n >= 1 {
+			return 0, "", nil, false
+		}
+		n++
+		return 429, `{"error":{"message":"Rate limit reached","type":"requests","code":"rate_limit_exceeded"}}`, http.Header{"Retry-After-Ms": {"5"}}, true
+	}
+	b, err := c.Create(context.Background(), "file-x")
+	if err != nil || b.ID == "" {
+		t.Fatalf("%+v %v", b, err)
+	}
+	if h := o.hit("POST batches"); h != 2 {
+		t.Fatalf("%d creates, want 2", h)
+	}
+}

@@ -1,11 +1,14 @@
 package batchrun
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 
 	"github.com/hfsent/hfsent/internal/batchapi"
 	"github.com/hfsent/hfsent/internal/cache"
@@ -37,6 +40,7 @@ func (r *Runner) scan(ctx context.Context) error {
 	defer ids.Release()
 	seen := map[textKey]struct{}{}
 	up := &uploader{r: r}
+	defer up.abandon() // a run stopped mid-file leaves no spool
 	var pend []candidate
 	for {
 		row, err := src.Next()
@@ -145,18 +149,16 @@ type uploader struct {
 	cur  *upload
 }
 
-// upload is one file on its way to the provider.
+// upload is one file on its way to the provider: spooled to a temporary
+// file beside the journal, then sent with its Content-Length (as the
+// official SDKs send it; a chunked multipart may be refused by the API or
+// a proxy in front of it), never held in memory.
 type upload struct {
-	pw    *io.PipeWriter
-	done  chan uploaded
+	spool *os.File
+	w     *bufio.Writer
 	rows  Rows
 	n     int64
 	bytes int64
-}
-
-type uploaded struct {
-	f   batchapi.File
-	err error
 }
 
 func (u *uploader) add(ctx context.Context, c candidate, subs uint8) error {
@@ -181,9 +183,11 @@ func (u *uploader) add(ctx context.Context, c candidate, subs uint8) error {
 		}
 	}
 	if u.cur == nil {
-		u.start(ctx)
+		if err := u.start(); err != nil {
+			return err
+		}
 	}
-	if _, err := u.cur.pw.Write(u.line.Bytes()); err != nil {
+	if _, err := u.cur.w.Write(u.line.Bytes()); err != nil {
 		return u.failed(err)
 	}
 	u.cur.rows.Add(c.seq)
@@ -209,55 +213,58 @@ func (r *Runner) slotFor(c candidate, subs uint8, idx int) *slot {
 	return s
 }
 
-func (u *uploader) start(ctx context.Context) {
-	pr, pw := io.Pipe()
-	cur := &upload{pw: pw, done: make(chan uploaded, 1)}
-	name := fmt.Sprintf("hfsent-batch-%d.jsonl", len(u.r.batches)+1)
-	go func() {
-		f, err := u.r.cfg.API.Upload(ctx, name, pr)
-		if err == nil {
-			err = errors.New("the upload ended before the file")
-		}
-		pr.CloseWithError(err) // a writer still writing learns why
-		cur.done <- uploaded{f: f, err: nilIfDone(f, err)}
-	}()
-	u.cur = cur
+func (u *uploader) start() error {
+	f, err := os.CreateTemp(filepath.Dir(u.r.cfg.Journal), ".hfsent-batch-*.jsonl")
+	if err != nil {
+		return fmt.Errorf("spooling the batch file: %w", err)
+	}
+	u.cur = &upload{spool: f, w: bufio.NewWriterSize(f, 64<<10)}
 	u.r.stats.Uploads++
+	return nil
 }
 
-// nilIfDone: the goroutine above always closes the pipe with an error;
-// a file that came back is a success.
-func nilIfDone(f batchapi.File, err error) error {
-	if f.ID != "" {
-		return nil
+// abandon drops the file being spooled, if any.
+func (u *uploader) abandon() {
+	if u.cur != nil {
+		u.cur.drop()
+		u.cur = nil
 	}
-	return err
 }
 
-// failed is a write into the upload that failed: the upload's error.
+// drop closes and removes the spool of cur.
+func (cur *upload) drop() {
+	_ = cur.spool.Close()
+	_ = os.Remove(cur.spool.Name())
+}
+
+// failed is a write into the spool that failed.
 func (u *uploader) failed(err error) error {
-	u.cur.pw.CloseWithError(err)
-	res := <-u.cur.done
+	u.cur.drop()
 	u.cur = nil
-	if res.err != nil {
-		return fmt.Errorf("uploading the batch file: %w", res.err)
-	}
-	return fmt.Errorf("uploading the batch file: %w", err)
+	return fmt.Errorf("spooling the batch file: %w", err)
 }
 
-// finish ends the file being uploaded, creates its batch and records it.
+// finish uploads the spooled file (its size known: sent with its
+// Content-Length), removes it, creates its batch and records it.
 func (u *uploader) finish(ctx context.Context) error {
 	cur := u.cur
 	if cur == nil {
 		return nil
 	}
 	u.cur = nil
-	cur.pw.Close()
-	res := <-cur.done
-	if res.err != nil {
-		return fmt.Errorf("uploading the batch file: %w", res.err)
+	defer cur.drop()
+	if err := cur.w.Flush(); err != nil {
+		return fmt.Errorf("spooling the batch file: %w", err)
 	}
-	return u.r.create(ctx, res.f.ID, cur.rows, cur.n)
+	if _, err := cur.spool.Seek(0, io.SeekStart); err != nil {
+		return fmt.Errorf("spooling the batch file: %w", err)
+	}
+	name := fmt.Sprintf("hfsent-batch-%d.jsonl", len(u.r.batches)+1)
+	f, err := u.r.cfg.API.Upload(ctx, name, cur.spool)
+	if err != nil {
+		return fmt.Errorf("uploading the batch file: %w", err)
+	}
+	return u.r.create(ctx, f.ID, cur.rows, cur.n)
 }
 
 // create creates the batch of file and records it in the journal before

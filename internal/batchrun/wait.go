@@ -260,6 +260,7 @@ func (r *Runner) resubmit(ctx context.Context, set *Rows) error {
 	}
 	defer closeSrc()
 	up := &uploader{r: r}
+	defer up.abandon() // a run stopped mid-file leaves no spool
 	last := set.Last()
 	for {
 		row, err := src.Next()

@@ -15,6 +15,9 @@ import (
 type Entry struct {
 	Label string
 	Score float64 // NaN: the provider gave none
+	// Scores are the labels the answer scored, best first (nil: none
+	// kept, or an entry stored before they were).
+	Scores []provider.LabelScore
 	// Model is the model that answered, as the row recorded it.
 	Model string
 	// Fallback: a later stage of a cascade answered (--fallback-model's,
@@ -41,7 +44,11 @@ const (
 	flagUsage
 	flagCost
 	flagNoScore
+	flagScores
 )
+
+// maxScores bounds the scores an entry holds (a model's labels).
+const maxScores = 1024
 
 // maxString bounds a label or a model read back: a label is at most a few
 // hundred bytes; anything longer is damage.
@@ -59,6 +66,9 @@ func (e Entry) encode(dst []byte) []byte {
 	if e.Usage.Costed {
 		flags |= flagCost
 	}
+	if n := len(e.Scores); n > 0 && n <= maxScores {
+		flags |= flagScores
+	}
 	score := e.Score
 	if math.IsNaN(score) {
 		flags, score = flags|flagNoScore, 0
@@ -71,7 +81,19 @@ func (e Entry) encode(dst []byte) []byte {
 	dst = binary.AppendUvarint(dst, uint64(len(e.Label)))
 	dst = append(dst, e.Label...)
 	dst = binary.AppendUvarint(dst, uint64(len(e.Model)))
-	return append(dst, e.Model...)
+	dst = append(dst, e.Model...)
+	if flags&flagScores == 0 {
+		return dst
+	}
+	// After the model, so that an entry without scores is encoded as
+	// before them.
+	dst = binary.AppendUvarint(dst, uint64(len(e.Scores)))
+	for _, s := range e.Scores {
+		dst = binary.AppendUvarint(dst, uint64(len(s.Label)))
+		dst = append(dst, s.Label...)
+		dst = binary.LittleEndian.AppendUint64(dst, math.Float64bits(s.Score))
+	}
+	return dst
 }
 
 var errEntry = errors.New("entry does not decode")
@@ -84,7 +106,7 @@ func decode(b []byte) (Entry, error) {
 	}
 	flags := b[1]
 	b = b[2:]
-	if flags&^(flagFallback|flagUsage|flagCost|flagNoScore) != 0 || len(b) < 8 {
+	if flags&^(flagFallback|flagUsage|flagCost|flagNoScore|flagScores) != 0 || len(b) < 8 {
 		return e, errEntry
 	}
 	e.Score = math.Float64frombits(binary.LittleEndian.Uint64(b))
@@ -106,7 +128,15 @@ func decode(b []byte) (Entry, error) {
 	if e.Label, b, err = str(b); err != nil {
 		return e, err
 	}
-	if e.Model, b, err = str(b); err != nil || len(b) != 0 {
+	if e.Model, b, err = str(b); err != nil {
+		return e, errEntry
+	}
+	if flags&flagScores != 0 {
+		if e.Scores, b, err = decodeScores(b); err != nil {
+			return e, err
+		}
+	}
+	if len(b) != 0 {
 		return e, errEntry
 	}
 	e.Fallback = flags&flagFallback != 0
@@ -117,6 +147,26 @@ func decode(b []byte) (Entry, error) {
 		return e, errEntry
 	}
 	return e, nil
+}
+
+// decodeScores reads what encode wrote of an entry's scores.
+func decodeScores(b []byte) ([]provider.LabelScore, []byte, error) {
+	n, k := binary.Uvarint(b)
+	if k <= 0 || n == 0 || n > maxScores {
+		return nil, nil, errEntry
+	}
+	b = b[k:]
+	out := make([]provider.LabelScore, 0, n)
+	for range n {
+		l, rest, err := str(b)
+		if err != nil || len(rest) < 8 {
+			return nil, nil, errEntry
+		}
+		s := math.Float64frombits(binary.LittleEndian.Uint64(rest))
+		out = append(out, provider.LabelScore{Label: l, Score: s})
+		b = rest[8:]
+	}
+	return out, b, nil
 }
 
 func str(b []byte) (string, []byte, error) {

@@ -330,3 +330,22 @@ func TestNewFileOpenedAtOnce(t *testing.T) {
 		}
 	}
 }
+
+// An entry's label scores (--top-k, --multi-label) are kept and read
+// back; an entry without them encodes as before them.
+func TestEntryKeepsItsScores(t *testing.T) {
+	e := Entry{Label: "insult;toxic", Score: 0.6, Model: "m",
+		Scores: []provider.LabelScore{{Label: "toxic", Score: 0.9}, {Label: "insult", Score: 0.6}, {Label: "threat", Score: 0.1}}}
+	got, err := decode(e.encode(nil))
+	if err != nil || got.Label != e.Label || len(got.Scores) != 3 || got.Scores[1] != e.Scores[1] {
+		t.Fatalf("decoded %+v, %v", got, err)
+	}
+	plain := Entry{Label: "a", Score: 0.5, Model: "m"}
+	if b := plain.encode(nil); b[1]&flagScores != 0 {
+		t.Fatal("an entry without scores flags some")
+	}
+	b := e.encode(nil)
+	if _, err := decode(b[:len(b)-3]); err == nil {
+		t.Fatal("a cut entry decoded")
+	}
+}

@@ -379,3 +379,81 @@ func TestBatchNotPacedByLiveLimits(t *testing.T) {
 		t.Errorf("took %s: paced as live calls", d)
 	}
 }
+
+// The batch file is uploaded with its Content-Length, as the SDKs send
+// it: a provider that refuses chunked multipart takes it.
+func TestBatchUploadHasContentLength(t *testing.T) {
+	f := &fakehf.Batch{Token: batchKey, RefuseChunked: true}
+	srv := fakehf.StartBatch(f)
+	defer srv.Close()
+	defer f.Close()
+	in := writeFile(t, "in.csv", manyRows(5, func(i int) string { return fmt.Sprintf("lovely staff %d", i) }))
+	out := filepath.Join(t.TempDir(), "out.csv")
+	if r := batchRun(t, srv.URL, in, out); r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	for _, row := range readRows(t, out) {
+		if row["outcome"] != "success" {
+			t.Fatalf("row %v", row)
+		}
+	}
+	left, _ := filepath.Glob(filepath.Join(filepath.Dir(out), ".hfsent-batch-*"))
+	if len(left) != 0 {
+		t.Fatalf("spool files left: %v", left)
+	}
+}
+
+// A reasoning model through the Batch API: every row labelled (the body
+// carries max_completion_tokens and no temperature, or the fake refuses
+// it); a refused row is upstream_refused, and its tokens are charged.
+func TestBatchReasoningModelAndRefusalCharged(t *testing.T) {
+	f := &fakehf.Batch{Token: batchKey, Chat: &fakehf.Chat{ReasoningTokens: 100}}
+	srv := fakehf.StartBatch(f)
+	defer srv.Close()
+	defer f.Close()
+	in := writeFile(t, "in.csv", "request_id,text\n1,lovely staff\n2,terrible wait\n3,#refusal# rude\n")
+	out := filepath.Join(t.TempDir(), "out.csv")
+	r := batchRun(t, srv.URL, in, out, "--model", "gpt-5-nano", "--price-in", "1", "--price-out", "2")
+	if r.code != 1 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	rows := readRows(t, out)
+	for i, want := range []string{"success", "success", "upstream_refused"} {
+		if rows[i]["outcome"] != want || rows[i]["cost_usd"] == "" {
+			t.Fatalf("row %d: %v, want %s with its cost", i+1, rows[i], want)
+		}
+	}
+	if !strings.Contains(rows[2]["error"], "refused") {
+		t.Fatalf("row 3's error: %q", rows[2]["error"])
+	}
+}
+
+// The same, live: a reasoning model labels every row, a refusal is
+// charged, and the summary shows the reasoning tokens; a bad
+// --reasoning-effort or --service-tier is refused before any call.
+func TestChatReasoningModelLive(t *testing.T) {
+	f := &fakehf.Chat{ReasoningTokens: 100}
+	srv := fakehf.StartChat(f)
+	defer srv.Close()
+	in := writeFile(t, "in.csv", "request_id,text\n1,lovely staff\n2,terrible wait\n3,#refusal# rude\n")
+	out := filepath.Join(t.TempDir(), "out.csv")
+	args := append([]string{"classify", in, "-o", out, "--no-cache", "--no-progress"}, chatArgs(srv.URL,
+		"--model", "gpt-5-nano", "--price-in", "1", "--price-out", "2", "--service-tier", "flex", "--reasoning-effort", "low")...)
+	r := runMain(t, nil, "", args...)
+	if r.code != 1 || !strings.Contains(r.stderr, "reasoning_tokens=300") {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	rows := readRows(t, out)
+	for i, want := range []string{"success", "success", "upstream_refused"} {
+		if rows[i]["outcome"] != want || rows[i]["cost_usd"] == "" {
+			t.Fatalf("row %d: %v, want %s with its cost", i+1, rows[i], want)
+		}
+	}
+	for _, bad := range [][]string{{"--reasoning-effort", "max"}, {"--service-tier", "cheap"}, {"--max-completion-tokens", "-1"}} {
+		calls := f.Calls()
+		r := runMain(t, nil, "", append([]string{"classify", in, "-o", out + "2", "--no-cache"}, chatArgs(srv.URL, bad...)...)...)
+		if r.code != 2 || !strings.Contains(r.stderr, bad[0]) || f.Calls() != calls {
+			t.Fatalf("%v: exit %d: %s", bad, r.code, r.stderr)
+		}
+	}
+}

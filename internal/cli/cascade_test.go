@@ -94,7 +94,7 @@ func TestCascadeClassify(t *testing.T) {
 		t.Fatalf("exit %d\n%s", r.code, r.stderr)
 	}
 	b, _ := os.ReadFile(out)
-	if !strings.HasPrefix(string(b), "request_id,status,label,score,outcome,model,attempts,latency_ms,error,queued_ms,started_ms,finished_ms,prompt_tokens,completion_tokens,cost_usd,cached,raw_score,stage\n") {
+	if !strings.HasPrefix(string(b), "request_id,status,label,score,outcome,model,attempts,latency_ms,error,queued_ms,started_ms,finished_ms,prompt_tokens,completion_tokens,cost_usd,cached,raw_score,stage,cached_prompt_tokens\n") {
 		t.Fatalf("header: %s", strings.SplitN(string(b), "\n", 2)[0])
 	}
 	rows := parseResults(t, string(b))

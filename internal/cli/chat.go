@@ -2,9 +2,11 @@ package cli
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/spf13/pflag"
 
+	"github.com/hfsent/hfsent/internal/labelset"
 	"github.com/hfsent/hfsent/internal/outcome"
 	"github.com/hfsent/hfsent/internal/provider"
 	"github.com/hfsent/hfsent/internal/stage"
@@ -22,9 +24,18 @@ const (
 // a --cascade's stage).
 func addLabelFlags(fs *pflag.FlagSet, o *stage.Config) {
 	fs.StringVar(&o.Labels, "labels", "", fmt.Sprintf("comma-separated labels the model must choose from (%d to %d, distinct; a label holds no comma and no quote): required with --provider chat; with --provider hf, zero-shot classification (sent as parameters.candidate_labels)", provider.MinLabels, provider.MaxLabels))
+	fs.StringVar(&o.LabelsFile, "labels-file", "", "a label file (YAML, or CSV when named *.csv): the task, each label's name, description and examples, and texts that fit none (docs/guides/labels.md); in place of --labels. chat: rendered as the system message, first and the same for every row (a prompt cache can reuse it); hf zero-shot: the descriptions are sent as the hypotheses")
+	fs.StringVar(&o.Examples, "examples", "", "chat: a labelled CSV (columns "+stage.ExamplesTextColumn+" and "+stage.ExamplesLabelColumn+") to choose few-shot examples from, --examples-per-label of each label, by the smallest SHA-256 of their texts (the same file gives the same prompt); added to the label file's own")
+	fs.IntVar(&o.ExamplesPerLabel, "examples-per-label", 3, "examples of each label chosen from --examples ("+rangeHelp(1, labelset.MaxPerLabel)+")")
+	fs.BoolVar(&o.MultiLabel, "multi-label", false, "several labels a row: chat asks for an array of the labels (at least one, unless the label file has texts that fit none); hf scores each label on its own (a text-classification model's sigmoid scores, zero-shot's multi_label) and takes those at --label-threshold or over. label is then the labels in the label set's order joined by ';', scores every label the answer scored, score the lowest chosen label's. Not with a calibration or a cascade")
+	fs.Float64Var(&o.LabelThreshold, "label-threshold", 0.5, "--multi-label with hf: a label is chosen when its score reaches this; a row gets at least its best label ("+rangeHelp(0.0001, 1.0)+")")
+	fs.IntVar(&o.TopK, "top-k", 0, "write the K best labels and their scores, best first, in the scores column (label=score pairs joined by ';'): a text-classification or zero-shot model's, a chat model's from its logprobs, the local model's three (0: none, else "+rangeHelp(1, stage.MaxTopK)+")")
 	fs.StringVar(&o.PromptFile, "prompt-file", "", "chat: a template sent as the user message instead of the default instruction; {labels} is replaced by the labels, {text} (required) by the row's text")
 	fs.StringVar(&o.TokenEnv, "token-env", "", "read the token from this environment variable instead of HF_TOKEN and the token file (e.g. OPENAI_API_KEY)")
 	addConstrainFlag(fs, &o.Constrain)
+	fs.StringVar(&o.ReasoningEffort, "reasoning-effort", "", "chat: a reasoning model's effort, sent as reasoning_effort: "+strings.Join(provider.ReasoningEfforts, ", ")+"; it also says the model is a reasoning model (sent max_completion_tokens, no temperature), as a gpt-5*, o1*, o3* or o4* name does (\"\": none sent)")
+	fs.IntVar(&o.MaxCompletionTokens, "max-completion-tokens", 0, "chat: the answer's token cap, reasoning tokens included (0: the longest label's room, and for a reasoning model the effort's: 1024 minimal, 4096 low, 8192 medium, 25000 high; else "+rangeHelp(1, provider.MaxCompletionTokens)+")")
+	fs.StringVar(&o.ServiceTier, "service-tier", "", "chat: OpenAI's service tier, sent as service_tier: "+strings.Join(provider.ServiceTiers, ", ")+" (flex: about half the price, slower, may answer 429; the answer's own tier prices the call; \"\": none sent)")
 	fs.IntVar(&o.TPM, "tpm", 0, "tokens per minute (prompt and completion) sent to a chat provider, paced at tpm/60 a second (0: paced by the server's x-ratelimit headers, else "+rangeHelp(1, maxTPM)+")")
 }
 

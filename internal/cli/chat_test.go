@@ -180,13 +180,13 @@ func TestResumeReadsFilesWithAndWithoutTokenColumns(t *testing.T) {
 	if got := f.Calls() - calls; got != 2 {
 		t.Fatalf("resume sent %d calls, want 2 (row 2 redone, asked twice)", got)
 	}
-	// The same file without the token and cost columns, as an older hfsent
-	// wrote it.
+	// The same file without the token, cost and cached_prompt_tokens
+	// columns, as an older hfsent wrote it.
 	b, _ := os.ReadFile(out)
 	var old []string
 	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
 		fields := strings.Split(line, ",")
-		old = append(old, strings.Join(fields[:len(fields)-4], ","))
+		old = append(old, strings.Join(fields[:len(fields)-5], ","))
 	}
 	if err := os.WriteFile(out, []byte(strings.Join(old, "\n")+"\n"), 0o644); err != nil {
 		t.Fatal(err)
@@ -195,7 +195,7 @@ func TestResumeReadsFilesWithAndWithoutTokenColumns(t *testing.T) {
 		t.Fatalf("resume of an old file: %d %s", r.code, r.stderr)
 	}
 	b, _ = os.ReadFile(out)
-	if !strings.HasPrefix(string(b), "request_id,status,label,score,outcome,model,attempts,latency_ms,error,queued_ms,started_ms,finished_ms,prompt_tokens,completion_tokens,cost_usd,cached\n") ||
+	if !strings.HasPrefix(string(b), "request_id,status,label,score,outcome,model,attempts,latency_ms,error,queued_ms,started_ms,finished_ms,prompt_tokens,completion_tokens,cost_usd,cached,cached_prompt_tokens\n") ||
 		!strings.Contains(string(b), "\n1,200,positive,0.9184,success,") {
 		t.Fatalf("after resume:\n%s", b)
 	}

@@ -216,7 +216,7 @@ func (o *classifyOptions) prepareQuality(log *slog.Logger) error {
 // through the returned sink.
 func (o *classifyOptions) withQuality(cfg *engine.Config, sink engine.Sink) (*qualityRun, engine.Sink, error) {
 	cfg.KeepText = o.qual.reviewOut != ""
-	q, err := o.qual.start(o.qual.gold(), o.rawCSV, o.prov.stageCount())
+	q, err := o.qual.start(o.qual.gold(), o.rawCSV, o.prov.stageCount(), o.prov.first().MultiLabel)
 	if err != nil {
 		return nil, nil, err
 	}

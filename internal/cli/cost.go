@@ -52,7 +52,8 @@ func addCacheFlags(fs *pflag.FlagSet, o *costOptions) {
 func addPriceFlags(fs *pflag.FlagSet, c *stage.Config) {
 	fs.Float64Var(&c.PriceIn, "price-in", 0, "USD per million prompt tokens, to price each call's reported usage (cost_usd); with --price-out ("+rangeHelp(0.0, float64(maxPrice))+")")
 	fs.Float64Var(&c.PriceOut, "price-out", 0, "USD per million completion tokens; with --price-in")
-	fs.StringVar(&c.Prices, "prices", "", "a price file in LiteLLM's model_prices_and_context_window.json format, priced by --model (input_cost_per_token, output_cost_per_token); instead of --price-in/--price-out")
+	fs.Float64Var(&c.PriceCachedIn, "price-cached-in", 0, "USD per million prompt tokens the server read from its prompt cache (usage.prompt_tokens_details.cached_tokens, the cached_prompt_tokens column); with --price-in, which prices them without it ("+rangeHelp(0.0, float64(maxPrice))+")")
+	fs.StringVar(&c.Prices, "prices", "", "a price file in LiteLLM's model_prices_and_context_window.json format, priced by --model (input_cost_per_token, output_cost_per_token, cache_read_input_token_cost for cached prompt tokens); instead of --price-in/--price-out")
 }
 
 // addSpendFlag adds --max-spend (classify, worker).

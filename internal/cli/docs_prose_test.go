@@ -449,11 +449,13 @@ func TestSummaryLineCountersAreDocumented(t *testing.T) {
 	}
 	sum := engine.Summary{Rows: 9, Written: 8, Lost: 1, Counts: counts, Kept: 1, Reused: 1, MaxActive: 2, Elapsed: time.Second,
 		Stop: engine.StopInterrupted, Provider: resilience.Stats{Policies: true, Calls: 9, Retries: 1, FallbackCalls: 1,
-			PromptTokens: 1, CompletionTokens: 1, TokenCalls: 1, RateLimited: 1, Timeouts: 1, BreakerOpenings: 1, BreakerOpen: time.Second,
+			PromptTokens: 1, CompletionTokens: 1, TokenCalls: 1, CachedPromptTokens: 1, RateLimited: 1, Timeouts: 1, BreakerOpenings: 1, BreakerOpen: time.Second,
 			FallbackRows: 1, Cooldowns: 1, MaxInFlight: 1, Limit: 3, CallsPerSec: 1}}
 	line := workerSummaryLine(sum, queue.WorkerStats{Claimed: 1, Swapped: 1, Retried: 1, GivenBack: 1, Discarded: 1, Cycles: 1, CycleTime: time.Millisecond}, true)
 	// And the quality keys of a run with gold labels.
 	line += (&qualityRun{o: &qualityOptions{}, report: &quality.Report{}}).keys()
+	// And those of a multi-label run.
+	line += (&qualityRun{o: &qualityOptions{}, report: &quality.Report{Multi: &quality.MultiReport{}}}).keys()
 	var docs strings.Builder
 	paths, _ := filepath.Glob(filepath.Join(repoRoot, "docs", "guides", "*.md"))
 	for _, p := range append(paths, filepath.Join(repoRoot, "README.md")) {

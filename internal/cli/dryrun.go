@@ -12,6 +12,7 @@ import (
 
 	"github.com/hfsent/hfsent/internal/engine"
 	"github.com/hfsent/hfsent/internal/input"
+	"github.com/hfsent/hfsent/internal/labelset"
 	"github.com/hfsent/hfsent/internal/provider"
 	"github.com/hfsent/hfsent/internal/results"
 	"github.com/hfsent/hfsent/internal/stage"
@@ -81,6 +82,11 @@ func runDryRun(ctx context.Context, o *classifyOptions, ios *IOStreams, log *slo
 	for i, st := range est.Stages {
 		fmt.Fprintln(ios.ErrOut, dryRunStageLine(i+2, st, o.prov.opened[i+1].Config))
 	}
+	for i, s := range o.prov.opened {
+		if line := dryRunPrefixLine(i+1, s.Config); line != "" {
+			fmt.Fprintln(ios.ErrOut, line)
+		}
+	}
 	if o.prov.file != nil && !reached {
 		fmt.Fprintf(ios.ErrOut, "dry_run stages: %s records no tuned escalation rates (hfsent tune writes them), so the rows the later stages would get cannot be estimated: the figures above are stage 1's alone\n", o.prov.cascadeFile)
 	}
@@ -111,6 +117,25 @@ func estimator(s *stage.Stage) provider.UsageEstimator {
 		return est
 	}
 	return nil
+}
+
+// dryRunPrefixLine says, for a stage sent a label file's fixed part,
+// its estimated tokens and whether they reach the cacheable minimum of
+// OpenAI's prompt cache ("" for a stage sent none).
+func dryRunPrefixLine(n int, c *stage.Config) string {
+	sys := c.System()
+	if sys == "" {
+		return ""
+	}
+	p := labelset.EstimatePrefix(sys, labelset.OpenAICache())
+	verdict := fmt.Sprintf("under %s's cacheable minimum of %d tokens: no row's prompt can be read from its prompt cache", p.Rule.Provider, p.Rule.Min)
+	if p.Reaches() {
+		verdict = fmt.Sprintf("reaches %s's cacheable minimum of %d tokens: each row after the first may read about %d tokens from its prompt cache, at the cached rate", p.Rule.Provider, p.Rule.Min, p.Cached)
+	}
+	if p.Near() {
+		verdict += " (the estimate is within a fifth of the minimum: the provider's count may fall either side)"
+	}
+	return fmt.Sprintf("dry_run prefix stage=%d fixed_bytes=%d fixed_tokens=%d: %s", n, p.Bytes, p.Tokens, verdict)
 }
 
 // dryRunStageLine is a later stage's expected share of the work.

@@ -115,7 +115,8 @@ func (o *qualityOptions) answers(prov *providerOptions) []*quality.Answers {
 	cal := prov.calibrated()
 	out := make([]*quality.Answers, len(prov.answers))
 	for i, sa := range prov.answers {
-		a := &quality.Answers{Map: sa.Map, Review: o.review(), ReviewBelow: o.reviewBelow, Uncalibrated: cal && sa.Calibration == nil}
+		a := &quality.Answers{Map: sa.Map, Review: o.review(), ReviewBelow: o.reviewBelow, Uncalibrated: cal && sa.Calibration == nil,
+			Multi: prov.stages[i].MultiLabel}
 		if sa.Calibration != nil {
 			a.Calibration = sa.Calibration
 		}
@@ -129,11 +130,16 @@ func (o *qualityOptions) answers(prov *providerOptions) []*quality.Answers {
 // extra are the results' extra columns these flags and prov's stages
 // turn on: raw_score with a calibration, review, stage with --cascade.
 func (o *qualityOptions) extra(prov *providerOptions) results.Extra {
-	raw := false
+	raw, chat, scores, topK := false, false, false, 0
 	for _, c := range prov.stages {
 		raw = raw || c.Calibration != ""
+		k, _ := c.Kind()
+		chat = chat || k.Chat
+		scores = scores || c.MultiLabel || c.TopK > 0
+		topK = max(topK, c.TopK)
 	}
-	return results.Extra{RawScore: raw, Review: o.review(), Stage: prov.file != nil}
+	// Only a chat model reports usage, and so cached prompt tokens.
+	return results.Extra{RawScore: raw, Review: o.review(), Stage: prov.file != nil, CachedTokens: chat, Scores: scores, TopK: topK}
 }
 
 // reviewBelowText is --review-below as a sidecar keeps it ("" when off).
@@ -162,13 +168,16 @@ type qualityRun struct {
 // start opens what the run counts into: the evaluation (with gold
 // labels; and of each of a cascade's stages, stages of them) and
 // --review-out. nil when the run counts nothing.
-func (o *qualityOptions) start(gold bool, rawCSV bool, stages int) (*qualityRun, error) {
+func (o *qualityOptions) start(gold bool, rawCSV bool, stages int, multi bool) (*qualityRun, error) {
 	if !gold && !o.review() {
 		return nil, nil
 	}
 	q := &qualityRun{o: o}
 	if gold {
 		q.tally.Eval = &quality.Eval{}
+		if multi {
+			q.tally.Multi = &quality.MultiEval{}
+		}
 		for range stages {
 			q.stages = append(q.stages, &quality.Eval{})
 		}
@@ -232,6 +241,13 @@ func (q *qualityRun) finish() {
 			q.err = fmt.Errorf("--gold-column %s: %v", q.o.goldColumn, err)
 		}
 		r := e.Report(q.o.targetAccuracy)
+		if m := q.tally.Multi; m != nil {
+			if err := m.Err(); err != nil && q.err == nil {
+				q.err = fmt.Errorf("--gold-column %s: %v", q.o.goldColumn, err)
+			}
+			mr := m.Report()
+			r.Multi = &mr
+		}
 		q.report = &r
 	}
 	for _, e := range q.stages {
@@ -267,7 +283,10 @@ func (q *qualityRun) keys() string {
 		return ""
 	}
 	var b strings.Builder
-	if r := q.report; r != nil {
+	if r := q.report; r != nil && r.Multi != nil {
+		m := r.Multi
+		fmt.Fprintf(&b, " micro_f1=%s macro_f1=%s subset_accuracy=%s hamming_loss=%s", fixed(m.MicroF1), fixed(m.MacroF1), fixed(m.SubsetAccuracy), fixed(m.HammingLoss))
+	} else if r != nil {
 		fmt.Fprintf(&b, " accuracy=%s macro_f1=%s", fixed(r.Accuracy), fixed(r.MacroF1))
 	}
 	if q.o.review() {
@@ -291,6 +310,10 @@ func (q *qualityRun) print(w io.Writer) {
 		return
 	}
 	r := q.report
+	if m := r.Multi; m != nil {
+		fmt.Fprintf(w, "quality multi-label: scored=%d exact=%d micro_f1=%s macro_f1=%s subset_accuracy=%s hamming_loss=%s (labels compared as sets; the lines below compare them whole)\n",
+			m.Scored, m.Exact, fixed(m.MicroF1), fixed(m.MacroF1), fixed(m.SubsetAccuracy), fixed(m.HammingLoss))
+	}
 	fmt.Fprintf(w, "quality: scored=%d correct=%d accuracy=%s macro_f1=%s ece=%s unscored: %s=%d %s=%d\n",
 		r.Scored, r.Correct, fixed(r.Accuracy), fixed(r.MacroF1), fixed(r.ECE),
 		quality.UnscoredBlankGold, r.Unscored[quality.UnscoredBlankGold], quality.UnscoredNotSuccess, r.Unscored[quality.UnscoredNotSuccess])

@@ -604,7 +604,7 @@ func runExport(ctx context.Context, o *exportOptions, ios *IOStreams) error {
 	if !gold && (o.qual.minAccuracy > 0 || o.qual.minMacroF1 > 0 || o.qual.targetAccuracy > 0) {
 		return usageErrorf("batch %q has no gold labels (queue push --gold-column COL stores them): --min-accuracy, --min-macro-f1 and --target-accuracy need them", o.db.batch)
 	}
-	q, err := o.qual.start(gold, false, 0)
+	q, err := o.qual.start(gold, false, 0, false)
 	if err != nil {
 		return err
 	}

@@ -75,7 +75,7 @@ colour codes, so NO_COLOR and plain terminals need nothing.`,
 
 	root.AddCommand(newClassifyCmd(ios, g), newServeCmd(ios, g))
 	root.AddCommand(newVersionCmd(ios))
-	root.AddCommand(newReportCmd(ios), newCalibrateCmd(ios, g), newCheckCmd(ios, g), newDocsCmd())
+	root.AddCommand(newReportCmd(ios), newCalibrateCmd(ios, g), newTuneCmd(ios, g), newCheckCmd(ios, g), newDocsCmd())
 	root.AddCommand(newQueueCmd(ios, g), newWorkerCmd(ios, g), newBudgetCmd(ios, g), newCacheCmd(ios, g))
 	registerCompletions(root)
 	return root

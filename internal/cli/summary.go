@@ -45,6 +45,14 @@ func summaryLine(s engine.Summary) string {
 	if s.Provider.TokenCalls > 0 {
 		// Only a provider that reports usage (chat) has tokens to count.
 		fmt.Fprintf(&b, " prompt_tokens=%d completion_tokens=%d", s.Provider.PromptTokens, s.Provider.CompletionTokens)
+		if s.Provider.ReasoningTokens > 0 {
+			// A reasoning model's, of completion_tokens: billed as output.
+			fmt.Fprintf(&b, " reasoning_tokens=%d", s.Provider.ReasoningTokens)
+		}
+		if s.Provider.CachedPromptTokens > 0 {
+			// Part of prompt_tokens, read from the server's prompt cache.
+			fmt.Fprintf(&b, " cached_prompt_tokens=%d", s.Provider.CachedPromptTokens)
+		}
 	}
 	if s.Spend.Priced {
 		// Only with prices, or a server that reports its own costs.
@@ -76,9 +84,14 @@ type summaryJSON struct {
 	// Tokens the provider reported (chat; 0 for the others).
 	PromptTokens     int64 `json:"prompt_tokens"`
 	CompletionTokens int64 `json:"completion_tokens"`
-	Kept             int64 `json:"kept"`
-	Reused           int64 `json:"reused"`
-	CacheHits        int64 `json:"cache_hits"`
+	// ReasoningTokens are a reasoning model's, counted in completion_tokens.
+	ReasoningTokens int64 `json:"reasoning_tokens"`
+	Kept            int64 `json:"kept"`
+	Reused          int64 `json:"reused"`
+	CacheHits       int64 `json:"cache_hits"`
+	// CachedPromptTokens: the part of PromptTokens the server read from
+	// its prompt cache (priced at the cached rate where one is known).
+	CachedPromptTokens int64 `json:"cached_prompt_tokens"`
 	// CostUSD is what the calls cost, SavedUSD what the cache's hits
 	// would have: null when no price is known.
 	CostUSD    *float64       `json:"cost_usd"`
@@ -165,23 +178,25 @@ func stagesJSON(s engine.Summary, cascade bool, acc []*float64) []stageJSON {
 func writeSummaryJSON(path string, s engine.Summary, v verdict, q *qualityRun, cascade bool) error {
 	code := v.Code
 	out := summaryJSON{
-		Resilience:       newResilienceJSON(s.Provider),
-		Rows:             s.Rows,
-		Written:          s.Written,
-		Lost:             s.Lost,
-		Outcomes:         map[string]int64{},
-		Calls:            s.Provider.Calls,
-		FallbackCalls:    s.Provider.FallbackCalls,
-		PromptTokens:     s.Provider.PromptTokens,
-		CompletionTokens: s.Provider.CompletionTokens,
-		Kept:             s.Kept,
-		Reused:           s.Reused,
-		CacheHits:        s.CacheHits,
-		Retries:          s.Provider.Retries,
-		MaxActive:        s.MaxActive,
-		ElapsedSec:       s.Elapsed.Seconds(),
-		Stop:             string(s.Stop),
-		ExitCode:         code,
+		Resilience:         newResilienceJSON(s.Provider),
+		Rows:               s.Rows,
+		Written:            s.Written,
+		Lost:               s.Lost,
+		Outcomes:           map[string]int64{},
+		Calls:              s.Provider.Calls,
+		FallbackCalls:      s.Provider.FallbackCalls,
+		PromptTokens:       s.Provider.PromptTokens,
+		CompletionTokens:   s.Provider.CompletionTokens,
+		ReasoningTokens:    s.Provider.ReasoningTokens,
+		Kept:               s.Kept,
+		Reused:             s.Reused,
+		CacheHits:          s.CacheHits,
+		Retries:            s.Provider.Retries,
+		MaxActive:          s.MaxActive,
+		ElapsedSec:         s.Elapsed.Seconds(),
+		Stop:               string(s.Stop),
+		ExitCode:           code,
+		CachedPromptTokens: s.Provider.CachedPromptTokens,
 	}
 	for _, c := range outcome.All() {
 		out.Outcomes[string(c)] = s.Counts[c]

@@ -19,6 +19,7 @@ import (
 	"github.com/hfsent/hfsent/internal/engine"
 	"github.com/hfsent/hfsent/internal/provider"
 	"github.com/hfsent/hfsent/internal/queue"
+	"github.com/hfsent/hfsent/internal/stage"
 )
 
 type workerOptions struct {
@@ -130,33 +131,9 @@ func runWorker(ctx context.Context, o *workerOptions, ios *IOStreams, log *slog.
 	if err != nil {
 		return queueError(err)
 	}
-	// The batch names its model: a worker with another one would write
-	// answers of a different model into the same results (a cascade's
-	// first stage: the batch's model).
-	first := o.prov.first()
-	model := first.Model
-	if k, _ := first.Kind(); k.Model != "" {
-		model = k.Model
-	} else if first.Given == nil || !first.Given("model") {
-		model, first.Model = b.Model, b.Model
-	}
-	if model != b.Model {
-		return usageErrorf("batch %q is for model %s, this worker's is %s: start it with --model %s (or --provider local for a batch pushed with --model %s)",
-			b.Name, queue.Printable(b.Model), queue.Printable(model), queue.Printable(b.Model), provider.LocalModel)
-	}
-	// And its kind of model and labels: a chat model's answers, or other
-	// labels', would be other answers in the same results.
-	if kind := batchKind(first.Provider); kind != b.Provider {
-		return usageErrorf("batch %q is for --provider %s, this worker's is %s: start it with --provider %s",
-			b.Name, shownProvider(b.Provider), first.Provider, shownProvider(b.Provider))
-	}
-	if !slices.Equal(first.LabelList(), b.Labels) {
-		want := "no --labels"
-		if len(b.Labels) > 0 {
-			want = "--labels " + queue.Printable(strings.Join(b.Labels, ","))
-		}
-		return usageErrorf("batch %q is for %s, this worker has %s: start it with %s",
-			b.Name, want, labelsShown(first.LabelList()), want)
+	first, err := o.matchBatch(b)
+	if err != nil {
+		return err
 	}
 
 	// Checked once the batch gave the worker its model.
@@ -201,33 +178,11 @@ func runWorker(ctx context.Context, o *workerOptions, ios *IOStreams, log *slog.
 	cfg.Logger = log
 	cfg.Cache, cfg.Stages = rc, o.prov.opened.Engine(rc, o.qual.answers(&o.prov))
 	p := engine.NewPipeline(context.Background(), guard, cfg)
-	bar := newCountBar(ios, o.prog.show(ios), -1, "worker")
-	stopBar := make(chan struct{})
-	barDone := make(chan struct{})
-	go func() {
-		defer close(barDone)
-		if bar == nil {
-			return
-		}
-		t := time.NewTicker(200 * time.Millisecond)
-		defer t.Stop()
-		for {
-			select {
-			case <-stopBar:
-				return
-			case <-t.C:
-				st := w.Stats()
-				bar.set(st.Finished)
-				bar.describe(fmt.Sprintf("ok=%d failed=%d active=%d", st.OK, st.Finished-st.OK, st.Active))
-			}
-		}
-	}()
+	stopBar := showWorker(newCountBar(ios, o.prog.show(ios), -1, "worker"), w)
 	runErr := w.Run(ctx, p)
 	p.Close()
 	closeCache(log, rc)
-	close(stopBar)
-	<-barDone
-	bar.finish()
+	stopBar()
 
 	st := w.Stats()
 	sum := p.Summary()
@@ -236,6 +191,78 @@ func runWorker(ctx context.Context, o *workerOptions, ios *IOStreams, log *slog.
 		sum.Stop = engine.StopInterrupted
 	}
 	fmt.Fprintln(ios.ErrOut, workerSummaryLine(sum, st, o.qual.review())+stageKeys(sum, o.prov.file != nil, nil))
+	return workerExit(runErr, sum, st, log)
+}
+
+// matchBatch checks the worker's first stage against the batch it joins,
+// and gives that stage the batch's model when none was asked for: the batch
+// names its model, its kind of provider and its labels, and a worker with
+// others would write other answers into the same results.
+func (o *workerOptions) matchBatch(b *queue.Batch) (*stage.Config, error) {
+	first := o.prov.first()
+	// The batch names its model: a worker with another one would write
+	// answers of a different model into the same results (a cascade's
+	// first stage: the batch's model).
+	model := first.Model
+	if k, _ := first.Kind(); k.Model != "" {
+		model = k.Model
+	} else if first.Given == nil || !first.Given("model") {
+		model, first.Model = b.Model, b.Model
+	}
+	if model != b.Model {
+		return nil, usageErrorf("batch %q is for model %s, this worker's is %s: start it with --model %s (or --provider local for a batch pushed with --model %s)",
+			b.Name, queue.Printable(b.Model), queue.Printable(model), queue.Printable(b.Model), provider.LocalModel)
+	}
+	// And its kind of model and labels: a chat model's answers, or other
+	// labels', would be other answers in the same results.
+	if kind := batchKind(first.Provider); kind != b.Provider {
+		return nil, usageErrorf("batch %q is for --provider %s, this worker's is %s: start it with --provider %s",
+			b.Name, shownProvider(b.Provider), first.Provider, shownProvider(b.Provider))
+	}
+	if !slices.Equal(first.LabelList(), b.Labels) {
+		want := "no --labels"
+		if len(b.Labels) > 0 {
+			want = "--labels " + queue.Printable(strings.Join(b.Labels, ","))
+		}
+		return nil, usageErrorf("batch %q is for %s, this worker has %s: start it with %s",
+			b.Name, want, labelsShown(first.LabelList()), want)
+	}
+
+	return first, nil
+}
+
+// showWorker draws the worker's progress on bar (nil: none) from its
+// stats, until the returned stop is called.
+func showWorker(bar *countBar, w *queue.Worker) (stop func()) {
+	if bar == nil {
+		return func() {}
+	}
+	quit, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(200 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-quit:
+				return
+			case <-t.C:
+				st := w.Stats()
+				bar.set(st.Finished)
+				bar.describe(fmt.Sprintf("ok=%d failed=%d active=%d", st.OK, st.Finished-st.OK, st.Active))
+			}
+		}
+	}()
+	return func() {
+		close(quit)
+		<-done
+		bar.finish()
+	}
+}
+
+// workerExit is the worker's exit: the run's error, an interrupt, a stop,
+// or rows that failed.
+func workerExit(runErr error, sum engine.Summary, st queue.WorkerStats, log *slog.Logger) error {
 	switch {
 	case runErr != nil:
 		return &exitError{code: ExitRowsFailed, err: runErr}

@@ -113,7 +113,7 @@ func (p *Pipeline) release(it item, res results.Row) {
 // the latency percentiles and the calls in flight.
 func (p *Pipeline) finishReused(j *Job, a answer) {
 	p.reused.Add(1)
-	p.finish(j, results.Row{Outcome: outcome.Success, Label: p.names.name(a.label), Score: a.score,
+	p.finish(j, results.Row{Outcome: outcome.Success, Label: p.names.name(a.label), Score: a.score, Scores: a.scores,
 		Model: p.names.name(a.model), StartedMs: -1, Stage: int(a.stage)})
 }
 
@@ -287,7 +287,7 @@ func (p *Pipeline) send(ctx context.Context, g *resilience.Guard, permit *resili
 		res.StartedMs, res.LatencyMs, res.Model = startedMs, latency, g.Model()
 		if u := row.Usage(); len(out) == 1 && u.Known {
 			// Every call of the row, a retried one's too, was paid for.
-			res.PromptTokens, res.CompletionTokens, res.Tokens = u.Prompt, u.Completion, true
+			res.PromptTokens, res.CompletionTokens, res.CachedPromptTokens, res.Tokens = u.Prompt, u.Completion, u.Cached, true
 		}
 		if c, ok := row.Cost(); len(out) == 1 && ok {
 			res.CostUSD, res.Costed = c, true
@@ -297,10 +297,10 @@ func (p *Pipeline) send(ctx context.Context, g *resilience.Guard, permit *resili
 			continue
 		}
 		pr := ans.Predictions[i]
-		res.Label, res.Score = pr.Label, pr.Score
+		res.Label, res.Score, res.Scores = pr.Label, pr.Score, pr.Scores
 		batch[i].job.cache.usage = pr.Usage // what the answer's own call cost
 		if u := pr.Usage; len(out) > 1 && u.Known {
-			res.PromptTokens, res.CompletionTokens, res.Tokens = u.Prompt, u.Completion, true
+			res.PromptTokens, res.CompletionTokens, res.CachedPromptTokens, res.Tokens = u.Prompt, u.Completion, u.Cached, true
 		}
 		if ans.Model != "" {
 			res.Model = ans.Model

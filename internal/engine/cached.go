@@ -149,6 +149,6 @@ func (p *Pipeline) store(k int, j *Job, res results.Row) {
 	if !ok {
 		return
 	}
-	p.cfg.Cache.Put(key, cache.Entry{Label: res.Label, Score: res.Score, Model: res.Model,
+	p.cfg.Cache.Put(key, cache.Entry{Label: res.Label, Score: res.Score, Scores: res.Scores, Model: res.Model,
 		Fallback: k > 0, Usage: j.cache.usage})
 }

@@ -295,7 +295,7 @@ func (p *Pipeline) lookupStage(k int, items []item, out []results.Row) []bool {
 // attempts 0.
 func (p *Pipeline) hitRow(k int, e *cache.Entry) results.Row {
 	p.stages[k].hits.Add(1)
-	res := results.Row{Outcome: outcome.Success, Label: e.Label, Score: e.Score, Model: e.Model, StartedMs: -1, Cached: true, Stage: k + 1}
+	res := results.Row{Outcome: outcome.Success, Label: e.Label, Score: e.Score, Scores: e.Scores, Model: e.Model, StartedMs: -1, Cached: true, Stage: k + 1}
 	if l := p.ledger(); l != nil {
 		if usd, ok := l.Cost(e.Model, e.Usage, false); ok {
 			p.cfg.Cache.Saved(usd)
@@ -314,6 +314,7 @@ func (p *Pipeline) carry(prev, next results.Row) results.Row {
 	if prev.Tokens {
 		next.PromptTokens += prev.PromptTokens
 		next.CompletionTokens += prev.CompletionTokens
+		next.CachedPromptTokens += prev.CachedPromptTokens
 		next.Tokens = true
 	}
 	next.CostUSD += prev.CostUSD
@@ -378,6 +379,8 @@ func addLaterStages(st *resilience.Stats, later []StageSummary) {
 	for _, s := range later {
 		st.PromptTokens += s.Provider.PromptTokens
 		st.CompletionTokens += s.Provider.CompletionTokens
+		st.ReasoningTokens += s.Provider.ReasoningTokens
 		st.TokenCalls += s.Provider.TokenCalls
+		st.CachedPromptTokens += s.Provider.CachedPromptTokens
 	}
 }

@@ -149,7 +149,15 @@ type answer struct {
 	label, model uint16
 	stage        uint16 // the cascade's stage that answered, from 1
 	score        float64
+	// scores are the answer's first maxReusedScores label scores (--top-k,
+	// --multi-label), shared with the row that got them (never changed).
+	scores []results.LabelScore
 }
+
+// maxReusedScores bounds the scores a remembered answer keeps, so that
+// the dedupe window's memory stays bounded whatever the label set: 65,536
+// answers of 10 are some 16 MB.
+const maxReusedScores = 10
 
 // names numbers the few label and model names a run meets.
 type names struct {
@@ -192,7 +200,11 @@ func (p *Pipeline) remember(res results.Row) (answer, bool) {
 	}
 	l, ok1 := p.names.id(res.Label)
 	m, ok2 := p.names.id(res.Model)
-	return answer{label: l, model: m, stage: uint16(max(0, min(res.Stage, 1<<16-1))), score: res.Score}, ok1 && ok2
+	scores := res.Scores
+	if len(scores) > maxReusedScores {
+		scores = scores[:maxReusedScores:maxReusedScores]
+	}
+	return answer{label: l, model: m, stage: uint16(max(0, min(res.Stage, 1<<16-1))), score: res.Score, scores: scores}, ok1 && ok2
 }
 
 // NewPipeline starts a pipeline in front of g, the guarded provider: its

@@ -96,6 +96,10 @@ type Batch struct {
 	// MaxFileBytes > 0: an upload larger is refused 400 "File is too
 	// large." as OpenAI does (its limit for batch input is 200 MB).
 	MaxFileBytes int64
+	// RefuseChunked answers an upload sent without a Content-Length
+	// (chunked) 400, as an API or a proxy that takes no chunked multipart
+	// would.
+	RefuseChunked bool
 	// MaxRequests > 0: a batch of more lines fails validation with
 	// errors.data[0].code "too_many_requests" (OpenAI's limit is 50,000).
 	MaxRequests int

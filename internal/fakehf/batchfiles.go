@@ -31,6 +31,10 @@ var filePurposes = map[string]bool{"assistants": true, "batch": true, "fine-tune
 // to disk as it arrives, so an upload of any size costs a buffer.
 func (b *Batch) upload(w http.ResponseWriter, r *http.Request) {
 	b.uploads.Add(1)
+	if b.RefuseChunked && r.ContentLength < 0 {
+		invalid(w, 400, "", "The request must have a Content-Length.")
+		return
+	}
 	mr, err := r.MultipartReader()
 	if err != nil {
 		invalid(w, 400, "", "The request must be multipart/form-data: "+err.Error())

@@ -33,6 +33,16 @@ import (
 //	#401#          401 invalid_api_key, echoing the key it was sent
 //	#403#          403
 //	#500#          500
+//	#refusal#      content null and a refusal (a structured-output refusal)
+//	#filtered#     content null, finish_reason content_filter
+//	#length#       {"label": "Pos, cut: finish_reason length
+//
+// A reasoning model's name (gpt-5*, o1*, o3*, o4*) refuses max_tokens (400
+// unsupported_parameter) and a temperature other than 1 (400
+// unsupported_value), as OpenAI does; its answers spend ReasoningTokens
+// (in completion_tokens_details), and one whose max_completion_tokens
+// leaves no room for them is cut (finish_reason length, content "").
+// service_tier is answered as asked ("auto": "default").
 //
 // Otherwise the answer is Label(text) in title case ("Positive.", with a
 // full stop, as chat models write it), or what Answer says; under a
@@ -45,6 +55,10 @@ type Chat struct {
 	Token string
 	// Answer, when set, is the content answered for the user's text.
 	Answer func(text string) string
+	// Gold, when set, answers the texts of its gold file (gold.go): the
+	// gold label with its probability, else another, with logprobs that
+	// carry information.
+	Gold *Gold
 	// RefuseLogprobs answers every request that asks for logprobs 400, as
 	// a server that does not support them does.
 	RefuseLogprobs bool
@@ -92,6 +106,14 @@ type Chat struct {
 	BusyFirst int64
 	// Raw, when set, is the body of every 200 (a hostile server's).
 	Raw func(req ChatRequest) string
+	// ReasoningTokens is what a reasoning model's answer spends reasoning.
+	ReasoningTokens int
+	// CacheMin, when set, is a prompt cache as OpenAI's: a call whose
+	// system message was sent before, and whose prompt is CacheMin tokens
+	// or more, reports as usage.prompt_tokens_details.cached_tokens the
+	// system message's tokens, rounded down to CacheMin and a multiple of
+	// 128 more (none under CacheMin).
+	CacheMin int
 
 	calls, rejected atomic.Int64
 	tokens          atomic.Int64 // tokens charged to accepted calls
@@ -101,6 +123,7 @@ type Chat struct {
 	bucket          bucketState
 	window          bucketState // Window's hidden bucket
 	seen            map[string]bool
+	prefixes        map[string]bool // system messages sent (CacheMin)
 	firstCall       time.Time
 }
 
@@ -163,9 +186,13 @@ type ChatRequest struct {
 		Content string `json:"content"`
 	} `json:"messages"`
 	Temperature *float64 `json:"temperature"`
-	MaxTokens   int      `json:"max_tokens"`
-	Logprobs    bool     `json:"logprobs"`
-	TopLogprobs int      `json:"top_logprobs"`
+	MaxTokens   *int     `json:"max_tokens"`
+	// OpenAI's fields.
+	MaxCompletionTokens int    `json:"max_completion_tokens"`
+	ReasoningEffort     string `json:"reasoning_effort"`
+	ServiceTier         string `json:"service_tier"`
+	Logprobs            bool   `json:"logprobs"`
+	TopLogprobs         int    `json:"top_logprobs"`
 	// The structured-output fields (chatshape.go).
 	ResponseFormat    json.RawMessage `json:"response_format"`
 	StructuredOutputs json.RawMessage `json:"structured_outputs"`
@@ -191,18 +218,7 @@ func (c *Chat) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		c.serveContext(w, r) // not a call: not counted
 		return
 	}
-	n := c.calls.Add(1)
-	body, _ := io.ReadAll(io.LimitReader(r.Body, 8<<20))
-	c.mu.Lock()
-	if c.firstCall.IsZero() {
-		c.firstCall = time.Now()
-	}
-	refusing := time.Since(c.firstCall) < c.RefuseFor
-	if !c.NoRecord {
-		c.bodies = append(c.bodies, body)
-		c.headers = append(c.headers, r.Header.Clone())
-	}
-	c.mu.Unlock()
+	n, body, refusing := c.record(r)
 	w.Header().Set("Content-Type", "application/json")
 	if refusing {
 		c.rejected.Add(1)
@@ -247,7 +263,7 @@ func (c *Chat) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if c.Truncate && c.Context > 0 {
 		prompt = min(prompt, c.Context)
 	}
-	plain := k.kind == "" || c.Answer != nil || strings.Contains(text, "#unlabelled#") || strings.Contains(text, "#several#")
+	plain := k.kind == "" || c.Answer != nil || c.Gold != nil || strings.Contains(text, "#unlabelled#") || strings.Contains(text, "#several#")
 	content := c.content(text)
 	var ch map[string]any
 	if !plain {
@@ -262,38 +278,132 @@ func (c *Chat) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !sleep(r, c.Latency) {
 		return
 	}
-	switch {
-	case strings.Contains(text, "#429#") && c.first(text):
-		w.Header().Set("X-Ratelimit-Remaining-Requests", "0")
-		w.Header().Set("X-Ratelimit-Reset-Requests", "20ms")
-		oaiError(w, 429, "requests", "rate_limit_exceeded", "Rate limit reached for requests per min (RPM): Limit 3, Used 3, Requested 1.")
-		return
-	case strings.Contains(text, "#quota#"):
-		oaiError(w, 429, "insufficient_quota", "insufficient_quota", "You exceeded your current quota, please check your plan and billing details.")
-		return
-	case strings.Contains(text, "#context#"):
-		oaiError(w, 400, "invalid_request_error", "context_length_exceeded", "This model's maximum context length is 8192 tokens. However, your messages resulted in 9000 tokens.")
-		return
-	case strings.Contains(text, "#500#"):
-		oaiError(w, 500, "server_error", "", "The server had an error while processing your request.")
-		return
-	case req.Logprobs && (c.RefuseLogprobs || strings.Contains(text, "#refuse-logprobs#")):
-		oaiError(w, 400, "invalid_request_error", "", "logprobs is not supported for this model")
+	if c.magicError(w, req, text) {
 		return
 	}
 	if c.Raw != nil {
 		_, _ = w.Write([]byte(c.Raw(req)))
 		return
 	}
+	c.answer(w, req, text, ch, prompt, completion)
+}
+
+// answer writes the 200: choices[0] (ch, cut or refused as the text or
+// the reasoning model's cap says), the usage and the service tier.
+func (c *Chat) answer(w http.ResponseWriter, req ChatRequest, text string, ch map[string]any, prompt, completion int) {
+	msg := ch["message"].(map[string]any)
+	reasoning := 0
+	if isReasoning(req.Model) {
+		reasoning = c.ReasoningTokens
+	}
+	switch {
+	case strings.Contains(text, "#refusal#"):
+		msg["content"], msg["refusal"], ch["logprobs"] = nil, "I'm sorry, I cannot help with that.", nil
+	case strings.Contains(text, "#filtered#"):
+		msg["content"], ch["finish_reason"], ch["logprobs"] = nil, "content_filter", nil
+	case strings.Contains(text, "#length#"):
+		msg["content"], ch["finish_reason"], ch["logprobs"] = `{"label": "Pos`, "length", nil
+	case reasoning > 0 && req.MaxCompletionTokens > 0 && req.MaxCompletionTokens < reasoning+completion:
+		reasoning = req.MaxCompletionTokens
+		msg["content"], ch["finish_reason"], ch["logprobs"], completion = "", "length", nil, 0
+	}
 	out := map[string]any{
 		"id": "chatcmpl-fake", "object": "chat.completion", "model": req.Model,
 		"choices": []any{ch},
 	}
+	if req.ServiceTier != "" {
+		out["service_tier"] = strings.Replace(req.ServiceTier, "auto", "default", 1)
+	}
 	if !strings.Contains(text, "#nousage#") {
-		out["usage"] = map[string]int{"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+		completion += reasoning
+		out["usage"] = c.usage(req, prompt, completion, reasoning)
 	}
 	b, _ := json.Marshal(out)
 	_, _ = w.Write(b)
+}
+
+// isReasoning is the fake's rule for a reasoning model's name.
+func isReasoning(model string) bool {
+	model = model[strings.LastIndexByte(model, '/')+1:]
+	for _, p := range []string{"gpt-5", "o1", "o3", "o4"} {
+		if strings.HasPrefix(model, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// magicError answers the error a magic text, or a reasoning model's
+// refusal of a parameter, asks for; false when there is none.
+func (c *Chat) magicError(w http.ResponseWriter, req ChatRequest, text string) bool {
+	switch {
+	case isReasoning(req.Model) && req.MaxTokens != nil:
+		oaiError(w, 400, "invalid_request_error", "unsupported_parameter", "Unsupported parameter: 'max_tokens' is not supported with this model. Use 'max_completion_tokens' instead.")
+	case isReasoning(req.Model) && req.Temperature != nil && *req.Temperature != 1:
+		oaiError(w, 400, "invalid_request_error", "unsupported_value", "Unsupported value: 'temperature' does not support 0 with this model. Only the default (1) value is supported.")
+	case strings.Contains(text, "#429#") && c.first(text):
+		w.Header().Set("X-Ratelimit-Remaining-Requests", "0")
+		w.Header().Set("X-Ratelimit-Reset-Requests", "20ms")
+		oaiError(w, 429, "requests", "rate_limit_exceeded", "Rate limit reached for requests per min (RPM): Limit 3, Used 3, Requested 1.")
+	case strings.Contains(text, "#quota#"):
+		oaiError(w, 429, "insufficient_quota", "insufficient_quota", "You exceeded your current quota, please check your plan and billing details.")
+	case strings.Contains(text, "#context#"):
+		oaiError(w, 400, "invalid_request_error", "context_length_exceeded", "This model's maximum context length is 8192 tokens. However, your messages resulted in 9000 tokens.")
+	case strings.Contains(text, "#500#"):
+		oaiError(w, 500, "server_error", "", "The server had an error while processing your request.")
+	case req.Logprobs && (c.RefuseLogprobs || strings.Contains(text, "#refuse-logprobs#")):
+		oaiError(w, 400, "invalid_request_error", "", "logprobs is not supported for this model")
+	default:
+		return false
+	}
+	return true
+}
+
+// record counts and keeps a call: its number, its body, and whether
+// RefuseFor still refuses it.
+func (c *Chat) record(r *http.Request) (n int64, body []byte, refusing bool) {
+	n = c.calls.Add(1)
+	body, _ = io.ReadAll(io.LimitReader(r.Body, 8<<20))
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.firstCall.IsZero() {
+		c.firstCall = time.Now()
+	}
+	if !c.NoRecord {
+		c.bodies = append(c.bodies, body)
+		c.headers = append(c.headers, r.Header.Clone())
+	}
+	return n, body, time.Since(c.firstCall) < c.RefuseFor
+}
+
+// usage is an answer's usage, with the tokens its prompt cache held.
+func (c *Chat) usage(req ChatRequest, prompt, completion, reasoning int) map[string]any {
+	u := map[string]any{"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
+		"completion_tokens_details": map[string]int{"reasoning_tokens": reasoning}}
+	if n := c.cached(req, prompt); n > 0 {
+		u["prompt_tokens_details"] = map[string]int{"cached_tokens": n}
+	}
+	return u
+}
+
+// cached is the prompt tokens of req its prompt cache (CacheMin) holds.
+func (c *Chat) cached(req ChatRequest, prompt int) int {
+	if c.CacheMin <= 0 || len(req.Messages) == 0 || req.Messages[0].Role != "system" || prompt < c.CacheMin {
+		return 0
+	}
+	sys := req.Messages[0].Content
+	c.mu.Lock()
+	seen := c.prefixes[sys]
+	if c.prefixes == nil {
+		c.prefixes = map[string]bool{}
+	}
+	c.prefixes[sys] = true
+	c.mu.Unlock()
+	n := ChatTokens(sys) + 4
+	if !seen || n < c.CacheMin {
+		return 0
+	}
+	return c.CacheMin + (n-c.CacheMin)/128*128
 }
 
 func (c *Chat) content(text string) string {
@@ -305,13 +415,26 @@ func (c *Chat) content(text string) string {
 	case c.Answer != nil:
 		return c.Answer(text)
 	}
+	if c.Gold != nil {
+		if l, _, ok := c.Gold.Answer(text); ok {
+			return titleCase(l) + "."
+		}
+	}
 	l, _ := Label(text)
-	return l[:1] + strings.ToLower(l[1:]) + "."
+	return titleCase(l) + "."
+}
+
+func titleCase(l string) string {
+	if l == "" {
+		return l
+	}
+	return strings.ToUpper(l[:1]) + strings.ToLower(l[1:])
 }
 
 // choice is choices[0]: the content, and logprobs unless the text says
 // none: the first token's alternatives are the answer's first three
-// letters at 90%, the other label's at 8%, and a word that is no label.
+// letters at 90% (or the Gold's probability), the other label's at 8%
+// (the rest, less 2%, under Gold), and a word that is no label.
 func (c *Chat) choice(content string, req ChatRequest, text string) map[string]any {
 	ch := map[string]any{"index": 0, "finish_reason": "stop",
 		"message": map[string]any{"role": "assistant", "content": content}}
@@ -331,12 +454,18 @@ func (c *Chat) choice(content string, req ChatRequest, text string) map[string]a
 		Token   string  `json:"token"`
 		Logprob float64 `json:"logprob"`
 	}
-	top := []alt{{first, math.Log(0.9)}, {other, math.Log(0.08)}, {"The", math.Log(0.02)}}
+	p, q := 0.9, 0.08
+	if c.Gold != nil {
+		if _, gp, ok := c.Gold.Answer(text); ok {
+			p, q = gp, math.Max(0.001, 0.98-gp)
+		}
+	}
+	top := []alt{{first, math.Log(p)}, {other, math.Log(q)}, {"The", math.Log(0.02)}}
 	if req.TopLogprobs > 0 && req.TopLogprobs < len(top) {
 		top = top[:req.TopLogprobs]
 	}
 	ch["logprobs"] = map[string]any{"content": []any{
-		map[string]any{"token": first, "logprob": math.Log(0.9), "top_logprobs": top},
+		map[string]any{"token": first, "logprob": math.Log(p), "top_logprobs": top},
 	}}
 	return ch
 }

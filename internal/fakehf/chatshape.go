@@ -81,6 +81,8 @@ func (c *Chat) constrained(req ChatRequest) (k constraint, status int, body, cty
 		return constraint{}, 0, "", ""
 	}
 	switch {
+	case hasRF && rf.Type == "json_schema" && rf.JSONSchema != nil && arrayEnumOf(rf.JSONSchema.Schema) != nil:
+		return constraint{kind: "json-array", labels: arrayEnumOf(rf.JSONSchema.Schema)}, 0, "", ""
 	case hasRF && rf.Type == "json_schema" && rf.JSONSchema != nil:
 		return constraint{kind: "json", labels: enumOf(rf.JSONSchema.Schema)}, 0, "", ""
 	case hasRF && rf.Type == "json_schema":
@@ -109,6 +111,22 @@ func enumOf(schema json.RawMessage) []string {
 	}
 	_ = json.Unmarshal(schema, &s)
 	return s.Properties.Label.Enum
+}
+
+// arrayEnumOf is the label enum of the schema hfsent sends under
+// --multi-label ({"labels": [enum, ...]}), nil for another.
+func arrayEnumOf(schema json.RawMessage) []string {
+	var s struct {
+		Properties struct {
+			Labels struct {
+				Items struct {
+					Enum []string `json:"enum"`
+				} `json:"items"`
+			} `json:"labels"`
+		} `json:"properties"`
+	}
+	_ = json.Unmarshal(schema, &s)
+	return s.Properties.Labels.Items.Enum
 }
 
 // regexLabels reads "(a|b\.c)" back into its alternatives.
@@ -154,6 +172,13 @@ func (c *Chat) constrainedChoice(k constraint, req ChatRequest, text string) (co
 		return "", map[string]any{"index": 0, "finish_reason": "stop", "message": map[string]any{"role": "assistant", "content": ""}}
 	}
 	label := k.labels[i]
+	if k.kind == "json-array" {
+		// An array of one label, Label(text)'s; no logprobs (hfsent reads
+		// no score from an array).
+		content = `{"labels":["` + label + `"]}`
+		return content, map[string]any{"index": 0, "finish_reason": "stop", "logprobs": nil,
+			"message": map[string]any{"role": "assistant", "content": content}}
+	}
 	head, tail := split3(label)
 	var toks []string
 	if k.kind == "json" {

@@ -15,6 +15,10 @@ import (
 // row gets one label; {labels} becomes the names, comma-separated.
 const SingleInstruction = "You are a text classifier. Read the user's text and answer with exactly one of the labels defined below, written as given, and nothing else: {labels}"
 
+// MultiInstruction opens the fixed part when a row may get several
+// labels (--multi-label).
+const MultiInstruction = "You are a text classifier. Read the user's text and answer with every one of the labels defined below that applies to it, written as given, and nothing else: {labels}"
+
 // System is the fixed part of a chat prompt for the set: the instruction
 // ({labels} replaced by the names), the task, each label with its
 // description and examples, and the texts that fit none, in the set's

@@ -26,6 +26,7 @@ const (
 	UpstreamPayload         Code = "upstream_payload"
 	UpstreamUnlabelled      Code = "upstream_unlabelled"
 	UpstreamTruncated       Code = "upstream_truncated"
+	UpstreamRefused         Code = "upstream_refused"
 	CircuitOpen             Code = "circuit_open"
 	NotAttempted            Code = "not_attempted"
 )

@@ -53,8 +53,10 @@ const unknownColour = "#444444"
 // upstream_quota, upstream_not_found and upstream_endpoint are not final:
 // they say the account, the model or the endpoint could not serve, which
 // topping up credits or fixing --model or --endpoint mends; nor is
-// upstream_truncated, which a larger context mends. Its call is not sent
-// again: the same prompt would be cut the same way.
+// upstream_truncated, which a larger context (or --max-completion-tokens)
+// mends. Its call is not sent again: the same prompt would be cut the same
+// way. upstream_refused is final: a model that refused a text (or a
+// content filter that stopped its answer) answers the same again.
 var table = [...]Info{
 	{Code: Success, Status: 200, Final: true, Colour: "#2e9e44"},
 	{Code: Fallback, Status: 200, Final: true, Colour: "#17a2b8"},
@@ -83,7 +85,9 @@ var table = [...]Info{
 	{Code: UpstreamUnlabelled, Status: 502, Retry: RetryOnce, Escalates: true, Colour: "#bcbd22",
 		Advice: "the chat model answered with no label of --labels, or several: say it better with --prompt-file, keep --constrain on (the server then has to choose one), or pick another --model"},
 	{Code: UpstreamTruncated, Status: 502, Escalates: true, Colour: "#9467bd",
-		Advice: "the server cut the prompt to fit its context and answered what was left: raise the model's context (Ollama: num_ctx, or OLLAMA_CONTEXT_LENGTH), or lower --max-chars"},
+		Advice: "the server cut the prompt to fit its context and answered what was left: raise the model's context (Ollama: num_ctx, or OLLAMA_CONTEXT_LENGTH), or lower --max-chars; or the answer was cut at the completion cap (finish_reason length): give it room with --max-completion-tokens"},
+	{Code: UpstreamRefused, Status: 502, Final: true, Escalates: true, Colour: "#6b2e5f",
+		Advice: "the model refused to answer (its refusal, summarised, is in error), or the provider's content filter stopped the answer: asking again gets the same; another --model, or a cascade's next stage, may answer"},
 	{Code: CircuitOpen, Status: 503, Escalates: true, Colour: "#1f5fbf",
 		Advice: "the provider is failing: wait for the breaker to close, or answer meanwhile with --fallback-model"},
 	{Code: NotAttempted, Status: 503, Colour: "#c7c7c7",

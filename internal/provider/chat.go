@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net/http"
 	"regexp"
 	"strings"
@@ -49,6 +50,17 @@ type ChatConfig struct {
 	// Prompt, when set, is a template with {labels} and {text} sent as the
 	// one user message instead of the default instruction and the text.
 	Prompt string
+	// System, when set, is the fixed part of the prompt (a label file
+	// rendered: instruction, labels, descriptions, examples), sent as the
+	// system message in place of the default instruction, the row's text
+	// after it. It is the same bytes for every row, so that a provider's
+	// prompt cache can reuse it. Not with Prompt.
+	System string
+	// MultiLabel asks for every label that applies (--multi-label): the
+	// structured output is an array of the labels' enum, at least one
+	// unless AllowNone; the answer's labels are joined by MultiSeparator,
+	// in the labels' order, with no score.
+	MultiLabel, AllowNone bool
 	// Constrain is --constrain: how the server is made to choose a label
 	// (ParseConstrain; "" is auto).
 	Constrain string
@@ -56,14 +68,21 @@ type ChatConfig struct {
 	// gives the model (Ollama's and vLLM's APIs), so that a prompt it cut
 	// to fit is told apart from a whole one. Not for the router, which
 	// has no such API.
-	ReadContext    bool
-	Concurrency    int
-	Timeout        time.Duration
-	ConnectTimeout time.Duration
-	UserAgent      string
-	BillTo         string
-	Client         *http.Client
-	Logger         *slog.Logger
+	ReadContext bool
+	// ReasoningEffort is --reasoning-effort ("" sends none): it also says
+	// the model is a reasoning model. MaxCompletionTokens is
+	// --max-completion-tokens (0: the label's room, and a reasoning
+	// model's effort's). ServiceTier is --service-tier ("" sends none).
+	ReasoningEffort     string
+	MaxCompletionTokens int
+	ServiceTier         string
+	Concurrency         int
+	Timeout             time.Duration
+	ConnectTimeout      time.Duration
+	UserAgent           string
+	BillTo              string
+	Client              *http.Client
+	Logger              *slog.Logger
 }
 
 // Chat classifies a text by asking an OpenAI-compatible chat model to
@@ -101,6 +120,15 @@ type Chat struct {
 	// The server's context, read once after the first answer.
 	ctxOnce   sync.Once
 	serverCtx atomic.Pointer[ServerContext]
+	// reasoning is set when the model is a reasoning model (its name,
+	// --reasoning-effort, or the server's refusal, learnt once: reasoning.go);
+	// openAI when the endpoint is OpenAI's API, which takes
+	// max_completion_tokens for every model.
+	reasoning     atomic.Bool
+	reasoningOnce sync.Once
+	openAI        bool
+	// finishOnce logs the first finish_reason hfsent does not know.
+	finishOnce sync.Once
 }
 
 // NewChat returns a client for cfg.
@@ -135,11 +163,21 @@ func NewChat(cfg ChatConfig) (*Chat, error) {
 	}
 	c.constraint.Store(int32(start))
 	c.fields = newConstraintFields(c.labels)
-	c.maxTokens = maxTokensFor(start, c.longestRunes, c.longestBytes)
+	c.reasoning.Store(cfg.ReasoningEffort != "" || IsReasoningModel(cfg.Model))
+	c.openAI = isOpenAI(ep)
+	if cfg.MultiLabel {
+		// Before the completion cap: multi() changes the label lengths
+		// it is sized by.
+		c.multi()
+	}
 	c.topLogprobs = min(max(len(c.labels), 5), MaxTopLogprobs)
 	c.labelsText = strings.Join(c.labels, ", ")
+	if cfg.Prompt != "" && cfg.System != "" {
+		return nil, errors.New("a prompt template and a label file's prompt contradict each other; give one")
+	}
+	c.maxTokens = c.completionCap(start, c.reasoning.Load())
 	if cfg.Prompt == "" {
-		c.fixedLen, c.textCount = len(strings.ReplaceAll(defaultInstruction, "{labels}", c.labelsText)), 1
+		c.fixedLen, c.textCount = len(c.system()), 1
 	} else {
 		// {labels} and {text} never overlap, so each is counted alone as
 		// the replacer (body) finds them.
@@ -242,22 +280,34 @@ func (c *Chat) EstimateTokens(texts []string) int {
 // defaultInstruction is the system message without --prompt-file.
 const defaultInstruction = "You are a text classifier. Read the user's text and answer with exactly one of these labels, written as given, and nothing else: {labels}"
 
+// defaultMultiInstruction is the system message under --multi-label
+// without --prompt-file or a label file.
+const defaultMultiInstruction = "You are a text classifier. Read the user's text and answer with every one of these labels that applies to it, written as given and separated by commas, and nothing else: {labels}"
+
 type chatMessage struct {
 	Role    string `json:"role"`
 	Content string `json:"content"`
 }
 
 type chatRequest struct {
-	Model       string        `json:"model"`
-	Messages    []chatMessage `json:"messages"`
-	Temperature float64       `json:"temperature"` // 0, sent: the default is 1
-	MaxTokens   int           `json:"max_tokens"`
-	Logprobs    bool          `json:"logprobs,omitempty"`
-	TopLogprobs int           `json:"top_logprobs,omitempty"`
-	Stream      bool          `json:"stream"`
+	Model    string        `json:"model"`
+	Messages []chatMessage `json:"messages"`
+	// Temperature is 0, sent (the default is 1), but to a reasoning model,
+	// which takes none; MaxTokens is the cap but for OpenAI's API and
+	// reasoning models, which take MaxCompletionTokens (setParams).
+	Temperature *float64 `json:"temperature,omitempty"`
+	MaxTokens   int      `json:"max_tokens,omitempty"`
+	Logprobs    bool     `json:"logprobs,omitempty"`
+	TopLogprobs int      `json:"top_logprobs,omitempty"`
+	Stream      bool     `json:"stream"`
 	// The constraint's field, when there is one (constraintFields).
 	ResponseFormat    json.RawMessage `json:"response_format,omitempty"`
 	StructuredOutputs json.RawMessage `json:"structured_outputs,omitempty"`
+	// OpenAI's fields, after the others: a body without them is the same
+	// bytes as before they were known.
+	MaxCompletionTokens int    `json:"max_completion_tokens,omitempty"`
+	ReasoningEffort     string `json:"reasoning_effort,omitempty"`
+	ServiceTier         string `json:"service_tier,omitempty"`
 }
 
 // sendOpts is what a call is sent with: logprobs or not, the constraint,
@@ -281,22 +331,62 @@ func (c *Chat) messages(text string) []chatMessage {
 		return []chatMessage{{Role: "user", Content: r.Replace(c.cfg.Prompt)}}
 	}
 	return []chatMessage{
-		{Role: "system", Content: strings.ReplaceAll(defaultInstruction, "{labels}", c.labelsText)},
+		{Role: "system", Content: c.system()},
 		{Role: "user", Content: text},
 	}
+}
+
+// multi makes the client ask for several labels: the constraints' fields
+// an array of them (JSON schema) or a list (regex; vLLM's structured
+// outputs take one too), and the completion's room every label's.
+func (c *Chat) multi() {
+	c.fields.jsonSchema = multiSchema(c.labels, c.cfg.AllowNone)
+	alts := make([]string, len(c.labels))
+	runes, bytes := 0, 0
+	for i, l := range c.labels {
+		alts[i] = regexp.QuoteMeta(l)
+		runes += len([]rune(l)) + 2
+		bytes += len(l) + 4 // quotes and a comma
+	}
+	one := "(" + strings.Join(alts, "|") + ")"
+	list := one + "(, " + one + ")*"
+	c.fields.regex, _ = json.Marshal(map[string]string{"type": "regex", "value": list})
+	c.fields.choice, _ = json.Marshal(map[string]string{"regex": list})
+	c.longestRunes, c.longestBytes = runes, bytes
+}
+
+// system is the system message: the label file's fixed part, else the
+// default instruction with the labels. Either is the same for every row
+// and comes first, the row's text last: a prompt cache keys on a prompt's
+// first tokens.
+func (c *Chat) system() string {
+	if c.cfg.System != "" {
+		return c.cfg.System
+	}
+	if c.cfg.MultiLabel {
+		return strings.ReplaceAll(defaultMultiInstruction, "{labels}", c.labelsText)
+	}
+	return strings.ReplaceAll(defaultInstruction, "{labels}", c.labelsText)
 }
 
 // correction is the turn a row's second call adds after its first answer,
 // which named no label: the same instruction again, said of that answer.
 const correction = "That answer names none of the labels. Answer again with exactly one of these labels, written as given, and nothing else: "
 
+// multiCorrection is correction under --multi-label.
+const multiCorrection = "That answer is not a list of the labels. Answer again with every one of these labels that applies, written as given and separated by commas, and nothing else: "
+
 func (c *Chat) request(text string, o sendOpts) chatRequest {
-	req := chatRequest{Model: c.cfg.Model, Messages: c.messages(text),
-		MaxTokens: maxTokensFor(o.constraint, c.longestRunes, c.longestBytes)}
+	req := chatRequest{Model: c.cfg.Model, Messages: c.messages(text)}
+	c.setParams(&req, o.constraint)
 	if o.unlabelled != nil {
+		again := correction
+		if c.cfg.MultiLabel {
+			again = multiCorrection
+		}
 		req.Messages = append(req.Messages,
 			chatMessage{Role: "assistant", Content: *o.unlabelled},
-			chatMessage{Role: "user", Content: correction + c.labelsText})
+			chatMessage{Role: "user", Content: again + c.labelsText})
 	}
 	if o.logprobs {
 		req.Logprobs, req.TopLogprobs = true, c.topLogprobs
@@ -342,6 +432,8 @@ func (c *Chat) one(ctx context.Context, call Call, text string) (Prediction, Lim
 			c.warnOnce.Do(func() {
 				c.logWarn(fmt.Sprintf("%s refused logprobs (HTTP %d); asking without them for the rest of the run: the score column is blank", c.base.host, pe.Status))
 			})
+		case ok && !c.reasoning.Load() && refusesNonReasoning(pe):
+			c.learnReasoning(pe)
 		case ok && refusesConstraint(pe, o.constraint) && c.auto:
 			c.stepDown(o.constraint, pe)
 		case ok && refusesConstraint(pe, o.constraint):
@@ -418,10 +510,19 @@ func (c *Chat) parse(body []byte, msgs []chatMessage, o sendOpts) (Prediction, e
 	if !ok {
 		return Prediction{}, &Error{Outcome: outcome.UpstreamPayload, Status: 200, Msg: "not a chat completion: " + why}
 	}
+	if e := c.stopped(a); e != nil {
+		return Prediction{}, e
+	}
 	if e := c.truncated(a.usage, msgs); e != nil {
 		return Prediction{}, e
 	}
+	if c.cfg.MultiLabel {
+		return c.parseMulti(a, o)
+	}
 	i, several, form := c.label(a.content)
+	if i < 0 && a.finish == "length" {
+		return Prediction{}, c.cutAtCap(a)
+	}
 	ignored := o.constraint == ConstrainJSONSchema && form == formText ||
 		o.constraint != ConstrainOff && o.constraint != ConstrainJSONSchema && i < 0
 	if ignored {
@@ -441,13 +542,17 @@ func (c *Chat) parse(body []byte, msgs []chatMessage, o sendOpts) (Prediction, e
 			Answer: clip(a.content, maxAnswer), NoRetry: o.constraint != ConstrainOff && !ignored,
 			Msg: fmt.Sprintf("the answer %s of --labels: %q", what, summarise(a.content, c.cfg.Token))}
 	}
-	var score float64
+	var d []float64
 	if o.constraint == ConstrainOff || ignored {
-		score = c.score(a, i)
+		d = c.dist(a)
 	} else {
-		score = c.constrainedScore(a, o.constraint, i)
+		d = c.constrainedDist(a, o.constraint)
 	}
-	return Prediction{Label: c.labels[i], Score: score, Usage: a.usage}, nil
+	score := math.NaN()
+	if d != nil && d[i] > 0 {
+		score = d[i]
+	}
+	return Prediction{Label: c.labels[i], Score: score, Usage: a.usage, Scores: c.scoresOf(d)}, nil
 }
 
 // match is the label an answer names: the one equal to it once both are

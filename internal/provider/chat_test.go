@@ -549,3 +549,57 @@ func TestChatEstimateCountsEveryText(t *testing.T) {
 		t.Fatalf("estimate %d for a prompt of %d bytes (%d for {text} once): want at least a token per 3 bytes", e2, len(content), e1)
 	}
 }
+
+// The prompt tokens a server read from its prompt cache are read under
+// each server's name for them, as part of the prompt's, never more than
+// it: a count over the prompt is not believed past it.
+func TestChatReadsCachedPromptTokens(t *testing.T) {
+	cases := []struct {
+		usage string
+		want  int
+	}{
+		{`"prompt_tokens":2000,"completion_tokens":1,"prompt_tokens_details":{"cached_tokens":1920}`, 1920},
+		{`"prompt_tokens":2000,"completion_tokens":1,"prompt_tokens_details":{"cached_tokens":0}`, 0},
+		{`"prompt_tokens":2000,"completion_tokens":1,"prompt_tokens_details":null`, 0},
+		{`"prompt_tokens":2000,"completion_tokens":1,"prompt_cache_hit_tokens":1024,"prompt_cache_miss_tokens":976`, 1024},
+		{`"prompt_tokens":2000,"completion_tokens":1,"cache_read_input_tokens":1500`, 1500},
+		{`"prompt_tokens":2000,"completion_tokens":1,"prompt_tokens_details":{"cached_tokens":9000}`, 2000},
+		{`"prompt_tokens":2000,"completion_tokens":1,"prompt_tokens_details":{"cached_tokens":-5}`, 0},
+		{`"prompt_tokens":2000,"completion_tokens":1,"prompt_tokens_details":{"cached_tokens":"many"}`, 0},
+		{`"prompt_tokens_details":{"cached_tokens":100}`, 0},
+	}
+	for _, tc := range cases {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			fmt.Fprintf(w, `{"choices":[{"message":{"content":"positive"}}],"usage":{%s}}`, tc.usage)
+		}))
+		c := newChat(t, srv.URL+"/v1/chat/completions", []string{"positive", "negative"}, func(cfg *provider.ChatConfig) { cfg.Constrain = "off" })
+		ans, err := classifyChat(t, c, "great!")
+		srv.Close()
+		if err != nil {
+			t.Fatalf("%s: %v", tc.usage, err)
+		}
+		if u := ans.Usage(); u.Cached != tc.want {
+			t.Errorf("%s: cached %d, want %d", tc.usage, u.Cached, tc.want)
+		}
+	}
+}
+
+// A label file's fixed part is the system message, the text the user
+// message after it.
+func TestChatSystemIsTheFixedPart(t *testing.T) {
+	c := newChat(t, "http://127.0.0.1:1/v1/chat/completions", []string{"positive", "negative"}, func(cfg *provider.ChatConfig) {
+		cfg.System = "Label it.\n\n# Labels\n\n## positive\n\n## negative"
+	})
+	_, body, err := c.Request("fine")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var req fakehf.ChatRequest
+	if err := json.Unmarshal(body, &req); err != nil || len(req.Messages) != 2 || req.Messages[0].Role != "system" ||
+		req.Messages[0].Content != "Label it.\n\n# Labels\n\n## positive\n\n## negative" || req.Messages[1].Content != "fine" {
+		t.Fatalf("body %s", body)
+	}
+	if _, err := provider.NewChat(provider.ChatConfig{Model: "m", Endpoint: "http://h/v1/chat/completions", Labels: []string{"a", "b"}, System: "x", Prompt: "{text}"}); err == nil {
+		t.Fatal("a system and a prompt template taken together")
+	}
+}

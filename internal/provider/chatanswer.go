@@ -22,6 +22,12 @@ type chatAnswer struct {
 	// logprob, top_logprobs that is not a list): the score is blank then.
 	tokens []answerToken
 	lpOK   bool
+	// finish is choices[0].finish_reason ("" when absent); refusal the
+	// message's refusal (a structured-output refusal); noContent is set
+	// when content was null (or absent) beside a refusal or a
+	// finish_reason, which is an answer, not a malformed one.
+	finish, refusal string
+	noContent       bool
 }
 
 type answerToken struct {
@@ -40,10 +46,13 @@ type answerDoc struct {
 	Choices []struct {
 		Message *struct {
 			Content json.RawMessage `json:"content"`
+			Refusal json.RawMessage `json:"refusal"`
 		} `json:"message"`
-		Logprobs json.RawMessage `json:"logprobs"`
+		Logprobs     json.RawMessage `json:"logprobs"`
+		FinishReason json.RawMessage `json:"finish_reason"`
 	} `json:"choices"`
-	Usage json.RawMessage `json:"usage"`
+	Usage       json.RawMessage `json:"usage"`
+	ServiceTier json.RawMessage `json:"service_tier"`
 }
 
 // readChatAnswer decodes a 200's body; ok is false when it is not a chat
@@ -60,14 +69,36 @@ func readChatAnswer(body []byte) (a chatAnswer, why string, ok bool) {
 	if len(doc.Choices) == 0 || doc.Choices[0].Message == nil {
 		return a, "no choices[0].message.content", false
 	}
-	content, ok := readContent(doc.Choices[0].Message.Content)
-	if !ok {
+	ch := doc.Choices[0]
+	a.finish, a.refusal = rawString(ch.FinishReason), rawString(ch.Message.Refusal)
+	content, ok := readContent(ch.Message.Content)
+	if !ok && a.refusal == "" && a.finish == "" {
 		return a, "no choices[0].message.content", false
 	}
-	a.content = content
+	a.content, a.noContent = content, !ok
 	a.usage = readUsage(doc.Usage)
-	a.tokens, a.lpOK = readLogprobs(doc.Choices[0].Logprobs)
+	a.usage.Tier = tierOf(rawString(doc.ServiceTier))
+	a.tokens, a.lpOK = readLogprobs(ch.Logprobs)
 	return a, "", true
+}
+
+// rawString is raw as a string, "" when it is not one (null, absent).
+func rawString(raw json.RawMessage) string {
+	var s string
+	if len(raw) == 0 || json.Unmarshal(raw, &s) != nil {
+		return ""
+	}
+	return s
+}
+
+// tierOf is an answer's service_tier as the ledger prices it: one of
+// ServiceTiers ("scale" and anything else read as "": the default price).
+func tierOf(s string) string {
+	switch s = strings.ToLower(strings.TrimSpace(s)); s {
+	case "flex", "priority":
+		return s
+	}
+	return ""
 }
 
 // readContent reads a message's content: a string, or a list of parts
@@ -110,6 +141,20 @@ func readUsage(raw json.RawMessage) Usage {
 		// (OpenRouter's usage.cost): the spend ledger takes it over any
 		// price.
 		Cost json.RawMessage `json:"cost"`
+		// Details holds reasoning_tokens (a reasoning model's, counted in
+		// completion_tokens and billed as output).
+		Details struct {
+			Reasoning json.RawMessage `json:"reasoning_tokens"`
+		} `json:"completion_tokens_details"`
+		// The prompt tokens read from the server's prompt cache, under
+		// each server's name for them: OpenAI's (and vLLM's, the router's)
+		// prompt_tokens_details.cached_tokens, DeepSeek's
+		// prompt_cache_hit_tokens, Anthropic's cache_read_input_tokens.
+		PromptDetails struct {
+			Cached json.RawMessage `json:"cached_tokens"`
+		} `json:"prompt_tokens_details"`
+		CacheHit  json.RawMessage `json:"prompt_cache_hit_tokens"`
+		CacheRead json.RawMessage `json:"cache_read_input_tokens"`
 	}
 	if len(raw) == 0 || json.Unmarshal(raw, &doc) != nil {
 		return Usage{}
@@ -123,6 +168,17 @@ func readUsage(raw json.RawMessage) Usage {
 	}
 	if f, ok := usageNumber(doc.Cost); ok {
 		u.Cost, u.Costed = f, true
+	}
+	if n, ok := tokenCount(doc.Details.Reasoning); ok {
+		u.Reasoning = n
+	}
+	for _, raw := range []json.RawMessage{doc.PromptDetails.Cached, doc.CacheHit, doc.CacheRead} {
+		if n, ok := tokenCount(raw); ok && u.Known {
+			// Part of the prompt: a count over it is not believed past it,
+			// so that no token is counted twice.
+			u.Cached = min(n, u.Prompt)
+			break
+		}
 	}
 	return u
 }
@@ -310,16 +366,17 @@ func (c *Chat) label(content string) (i int, several bool, form answerForm) {
 // labelStart matches what comes before the label in a JSON answer.
 var labelStart = regexp.MustCompile(`^\s*\{\s*"label"\s*:\s*"`)
 
-// constrainedScore is the chosen label's probability under a constraint:
-// the server reports the model's distribution before its grammar, so the
-// label's token is found (past {"label":" for JSON, the first token
-// otherwise) and its probability normalised over the labels' first tokens
-// at that position. NaN when the tokens cannot be followed, when a label
-// has no alternative there, or when one alternative starts two labels
-// (they share a first token: nothing tells them apart).
-func (c *Chat) constrainedScore(a chatAnswer, k Constraint, chosen int) float64 {
+// constrainedDist is every label's probability under a constraint (the
+// chosen one's is its score): the server reports the model's distribution
+// before its grammar, so the label's token is found (past {"label":" for
+// JSON, the first token otherwise) and its probability normalised over
+// the labels' first tokens at that position. nil when the tokens cannot
+// be followed, when a label has no alternative there, or when one
+// alternative starts two labels (they share a first token: nothing tells
+// them apart).
+func (c *Chat) constrainedDist(a chatAnswer, k Constraint) []float64 {
 	if !a.lpOK {
-		return math.NaN()
+		return nil
 	}
 	var text strings.Builder
 	for _, t := range a.tokens {
@@ -329,7 +386,7 @@ func (c *Chat) constrainedScore(a chatAnswer, k Constraint, chosen int) float64 
 	if k == ConstrainJSONSchema {
 		m := labelStart.FindStringIndex(text.String())
 		if m == nil {
-			return math.NaN()
+			return nil
 		}
 		at = m[1]
 	}
@@ -340,17 +397,18 @@ func (c *Chat) constrainedScore(a chatAnswer, k Constraint, chosen int) float64 
 		if t.text != "" && at < end {
 			// This token holds the label's first byte (and perhaps the quote
 			// before it, merged into one token).
-			return c.normalisedOver(t.alts, full[pos:at], k == ConstrainJSONSchema, chosen)
+			return c.distOver(t.alts, full[pos:at], k == ConstrainJSONSchema)
 		}
 		pos = end
 	}
-	return math.NaN()
+	return nil
 }
 
-// normalisedOver shares the alternatives' probability out over the labels
+// distOver shares the alternatives' probability out over the labels
 // they start, once prefix (the part of the token before the label: a
-// quote merged into it) is taken off each.
-func (c *Chat) normalisedOver(alts []answerAlt, prefix string, quoted bool, chosen int) float64 {
+// quote merged into it) is taken off each: every label's share, nil when
+// they say nothing of some label or one starts two.
+func (c *Chat) distOver(alts []answerAlt, prefix string, quoted bool) []float64 {
 	forms := c.labels
 	if quoted {
 		forms = c.quoted
@@ -365,7 +423,7 @@ func (c *Chat) normalisedOver(alts []answerAlt, prefix string, quoted bool, chos
 		for i, f := range forms {
 			if strings.HasPrefix(f, rest) || quoted && strings.HasPrefix(rest, f+`"`) {
 				if which >= 0 {
-					return math.NaN() // the start of two labels
+					return nil // the start of two labels
 				}
 				which = i
 			}
@@ -377,21 +435,25 @@ func (c *Chat) normalisedOver(alts []answerAlt, prefix string, quoted bool, chos
 	total := 0.0
 	for _, m := range mass {
 		if m <= 0 {
-			return math.NaN() // a label is not there
+			return nil // a label is not there
 		}
 		total += m
 	}
-	return math.Min(mass[chosen]/total, 1)
+	for i := range mass {
+		mass[i] = math.Min(mass[i]/total, 1)
+	}
+	return mass
 }
 
-// score is the chosen label's probability without a constraint: the first
-// token of the answer that is not a space or a quote, its top_logprobs,
-// each alternative that starts exactly one label (or is one) counted for
-// that label, normalised over what the labels found there hold. NaN when
-// the chosen label is not among them, or the logprobs are not usable.
-func (c *Chat) score(a chatAnswer, chosen int) float64 {
+// dist is every label's probability without a constraint (the chosen
+// one's is its score, none when it is 0): the first token of the answer
+// that is not a space or a quote, its top_logprobs, each alternative that
+// starts exactly one label (or is one) counted for that label, normalised
+// over what the labels found there hold. nil when the logprobs are not
+// usable.
+func (c *Chat) dist(a chatAnswer) []float64 {
 	if !a.lpOK {
-		return math.NaN()
+		return nil
 	}
 	for _, t := range a.tokens {
 		if normalise(t.text) == "" {
@@ -420,10 +482,26 @@ func (c *Chat) score(a chatAnswer, chosen int) float64 {
 				total += p
 			}
 		}
-		if total <= 0 || mass[chosen] <= 0 {
-			return math.NaN()
+		if total <= 0 {
+			return nil
 		}
-		return math.Min(mass[chosen]/total, 1)
+		for i := range mass {
+			mass[i] = math.Min(mass[i]/total, 1)
+		}
+		return mass
 	}
-	return math.NaN()
+	return nil
+}
+
+// scoresOf are the labels of a distribution (dist's, distOver's) with a
+// share above 0, best first; nil for none.
+func (c *Chat) scoresOf(d []float64) []LabelScore {
+	var out []LabelScore
+	for i, p := range d {
+		if p > 0 {
+			out = append(out, LabelScore{Label: c.labels[i], Score: p})
+		}
+	}
+	SortScores(out)
+	return out
 }

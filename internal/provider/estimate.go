@@ -38,11 +38,13 @@ func (c *Chat) EstimateUsage(text string) (expected, bound Usage) {
 		Messages []struct {
 			Content json.RawMessage `json:"content"`
 		} `json:"messages"`
-		MaxTokens int `json:"max_tokens"`
+		MaxTokens           int `json:"max_tokens"`
+		MaxCompletionTokens int `json:"max_completion_tokens"`
 	}
 	if json.Unmarshal(body, &req) != nil {
 		return Usage{}, Usage{}
 	}
+	req.MaxTokens = max(req.MaxTokens, req.MaxCompletionTokens)
 	expected.Prompt, bound.Prompt = tokensPerReply, tokensPerReply
 	for _, m := range req.Messages {
 		var s string

@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -58,6 +59,20 @@ type HFConfig struct {
 	// Labels, when set, make the calls zero-shot: the labels are sent as
 	// parameters.candidate_labels (APIHF only).
 	Labels []string
+	// Hypotheses, when set (one per label, in order), are sent as the
+	// candidates instead of the labels, with Template as
+	// parameters.hypothesis_template when it is not "": a label file's
+	// descriptions. An answer's hypothesis is read back as its label.
+	Hypotheses []string
+	Template   string
+	// TopK, when above 1, asks a text-classification model for its TopK
+	// best labels (parameters.top_k) where one is asked for by default.
+	TopK int
+	// MultiLabel asks for every label's own score: a text-classification
+	// model's sigmoid scores (parameters.function_to_apply), a zero-shot
+	// model's multi_label; Threshold chooses the labels (Choose).
+	MultiLabel bool
+	Threshold  float64
 }
 
 // Request formats, as HFConfig.API names them.
@@ -288,7 +303,20 @@ func (h *HF) URL() string { return h.shown }
 // "truncation": true}}: transformers' pipeline truncates a text longer than
 // the model takes instead of failing on it. APITEI: {"inputs": TEXT or
 // [[TEXT], ...], "truncate": true}.
-func payload(api string, texts []string) ([]byte, error) {
+// params are a text-classification request's parameters (APIHF): one
+// label by default, the --top-k best, or every label's sigmoid score for
+// --multi-label.
+func (h *HF) params() string {
+	switch {
+	case h.cfg.MultiLabel:
+		return fmt.Sprintf(`{"function_to_apply":"sigmoid","top_k":%d,"truncation":true}`, maxLabels)
+	case h.cfg.TopK > 1:
+		return fmt.Sprintf(`{"top_k":%d,"truncation":true}`, h.cfg.TopK)
+	}
+	return `{"top_k":1,"truncation":true}`
+}
+
+func payload(api string, texts []string, params string) ([]byte, error) {
 	b := make([]byte, 0, 64+len(texts)*10+totalLen(texts))
 	b = append(b, `{"inputs":`...)
 	batch := len(texts) > 1
@@ -317,7 +345,9 @@ func payload(api string, texts []string) ([]byte, error) {
 	if api == APITEI {
 		return append(b, `,"truncate":true}`...), nil
 	}
-	return append(b, `,"parameters":{"top_k":1,"truncation":true}}`...), nil
+	b = append(b, `,"parameters":`...)
+	b = append(b, params...)
+	return append(b, '}'), nil
 }
 
 func totalLen(texts []string) int {
@@ -332,9 +362,35 @@ func totalLen(texts []string) int {
 // API's text-classification payload.
 func (h *HF) body(texts []string) ([]byte, error) {
 	if len(h.cfg.Labels) > 0 {
-		return zeroShotPayload(texts, h.cfg.Labels)
+		return zeroShotPayload(texts, h.candidates(), h.cfg.Template, h.cfg.MultiLabel)
 	}
-	return payload(h.api, texts)
+	return payload(h.api, texts, h.params())
+}
+
+// candidates are the zero-shot candidates sent: the hypotheses, else the
+// labels.
+func (h *HF) candidates() []string {
+	if len(h.cfg.Hypotheses) == len(h.cfg.Labels) && len(h.cfg.Hypotheses) > 0 {
+		return h.cfg.Hypotheses
+	}
+	return h.cfg.Labels
+}
+
+// labelsOfHypotheses reads each prediction's hypothesis back as its label.
+func (h *HF) labelsOfHypotheses(preds []Prediction) {
+	if len(h.cfg.Hypotheses) != len(h.cfg.Labels) || len(h.cfg.Hypotheses) == 0 {
+		return
+	}
+	for i := range preds {
+		if j := slices.Index(h.cfg.Hypotheses, preds[i].Label); j >= 0 {
+			preds[i].Label = h.cfg.Labels[j]
+		}
+		for k, s := range preds[i].Scores {
+			if j := slices.Index(h.cfg.Hypotheses, s.Label); j >= 0 {
+				preds[i].Scores[k].Label = h.cfg.Labels[j]
+			}
+		}
+	}
 }
 
 // Request implements Requester: the body a call for text alone would send.
@@ -432,9 +488,17 @@ func (h *HF) do(ctx, actx context.Context, req *http.Request, n int, timeout tim
 		h.served.Store(true)
 		var preds []Prediction
 		if len(h.cfg.Labels) > 0 {
-			preds, err = ParseZeroShot(body, n, h.cfg.Labels)
+			preds, err = ParseZeroShot(body, n, h.candidates())
+			h.labelsOfHypotheses(preds)
+			if h.cfg.MultiLabel {
+				chooseMulti(preds, h.cfg.Labels, h.cfg.Threshold)
+			}
 		} else {
 			preds, err = ParseAnswer(body, n)
+			if h.cfg.MultiLabel {
+				// A model's own labels: in the order of their names.
+				chooseMulti(preds, nil, h.cfg.Threshold)
+			}
 		}
 		if err != nil {
 			if errors.Is(err, ErrFlatBatch) && h.cfg.Logger != nil {
@@ -448,6 +512,9 @@ func (h *HF) do(ctx, actx context.Context, req *http.Request, n int, timeout tim
 		}
 		for i := range preds {
 			preds[i].Label = h.labels.intern(preds[i].Label)
+			for k := range preds[i].Scores {
+				preds[i].Scores[k].Label = h.labels.intern(preds[i].Scores[k].Label)
+			}
 		}
 		return Answer{Predictions: preds, Model: h.cfg.Model}, nil
 	}

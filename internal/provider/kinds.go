@@ -48,8 +48,31 @@ type Spec struct {
 	Labels []string
 	// Prompt is chat's template ({labels}, {text}); "" the default.
 	Prompt string
+	// System is chat's fixed part (a label file rendered): sent as the
+	// system message, before the row's text, in place of the default
+	// instruction; "" the default. Not with Prompt.
+	System string
+	// Hypotheses, when set with hf's Labels (a label file's descriptions),
+	// are sent as the candidates in their place, one per label in order,
+	// with HypothesisTemplate; the answer's hypothesis is read back as its
+	// label.
+	Hypotheses         []string
+	HypothesisTemplate string
+	// TopK asks for the TopK best labels' scores (--top-k); MultiLabel for
+	// several labels a text (--multi-label), those whose scores reach
+	// Threshold (hf) or the model names (chat: at least one, unless
+	// AllowNone).
+	TopK       int
+	MultiLabel bool
+	Threshold  float64
+	AllowNone  bool
 	// Constrain is chat's --constrain ("" is auto).
 	Constrain string
+	// ReasoningEffort, MaxCompletionTokens and ServiceTier are chat's
+	// --reasoning-effort, --max-completion-tokens and --service-tier.
+	ReasoningEffort     string
+	MaxCompletionTokens int
+	ServiceTier         string
 	// Client overrides the HTTP client (check's, which keeps the last
 	// answer); nil builds one.
 	Client *http.Client
@@ -104,6 +127,11 @@ func openHF(api string) func(Spec) (Classifier, Info, error) {
 			BillTo:         s.BillTo,
 			Logger:         s.Logger,
 			Labels:         s.Labels,
+			Hypotheses:     s.Hypotheses,
+			Template:       s.HypothesisTemplate,
+			TopK:           s.TopK,
+			MultiLabel:     s.MultiLabel,
+			Threshold:      s.Threshold,
 		})
 		if err != nil {
 			return nil, Info{}, err
@@ -115,20 +143,26 @@ func openHF(api string) func(Spec) (Classifier, Info, error) {
 // openChat makes the OpenAI-compatible chat client.
 func openChat(s Spec) (Classifier, Info, error) {
 	c, err := NewChat(ChatConfig{
-		Model:          s.Model,
-		Endpoint:       s.Endpoint,
-		Token:          s.Token,
-		Labels:         s.Labels,
-		Prompt:         s.Prompt,
-		Constrain:      s.Constrain,
-		ReadContext:    true, // asked of a server other than the router only
-		Concurrency:    s.Concurrency,
-		Timeout:        s.Timeout,
-		ConnectTimeout: s.ConnectTimeout,
-		UserAgent:      s.UserAgent,
-		Client:         s.Client,
-		BillTo:         s.BillTo,
-		Logger:         s.Logger,
+		Model:               s.Model,
+		Endpoint:            s.Endpoint,
+		Token:               s.Token,
+		Labels:              s.Labels,
+		Prompt:              s.Prompt,
+		Constrain:           s.Constrain,
+		ReadContext:         true, // asked of a server other than the router only
+		ReasoningEffort:     s.ReasoningEffort,
+		MaxCompletionTokens: s.MaxCompletionTokens,
+		ServiceTier:         s.ServiceTier,
+		Concurrency:         s.Concurrency,
+		Timeout:             s.Timeout,
+		ConnectTimeout:      s.ConnectTimeout,
+		UserAgent:           s.UserAgent,
+		Client:              s.Client,
+		BillTo:              s.BillTo,
+		Logger:              s.Logger,
+		System:              s.System,
+		MultiLabel:          s.MultiLabel,
+		AllowNone:           s.AllowNone,
 	})
 	if err != nil {
 		return nil, Info{}, err

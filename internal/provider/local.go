@@ -34,7 +34,12 @@ func (l *Local) Classify(ctx context.Context, call Call) (Answer, error) {
 		if err := ctx.Err(); err != nil {
 			return Answer{}, err
 		}
-		out[i] = vaderLabel(l.score(t))
+		s := l.score(t)
+		out[i] = vaderLabel(s)
+		// The three: VADER's shares of the text that read positive,
+		// negative and neutral.
+		out[i].Scores = []LabelScore{{"POSITIVE", s.Positive}, {"NEGATIVE", s.Negative}, {"NEUTRAL", s.Neutral}}
+		SortScores(out[i].Scores)
 	}
 	return Answer{Predictions: out, Model: LocalModel}, nil
 }
@@ -49,6 +54,8 @@ func (l *Local) score(text string) govader.Sentiment {
 		p := l.sia.PolarityScores(s)
 		sum.Compound += p.Compound
 		sum.Neutral += p.Neutral
+		sum.Positive += p.Positive
+		sum.Negative += p.Negative
 		n++
 	}
 	if n == 0 {
@@ -56,6 +63,8 @@ func (l *Local) score(text string) govader.Sentiment {
 	}
 	sum.Compound /= float64(n)
 	sum.Neutral /= float64(n)
+	sum.Positive /= float64(n)
+	sum.Negative /= float64(n)
 	return sum
 }
 

@@ -77,6 +77,7 @@ func best(cands []labelScore) (Prediction, error) {
 	}
 	var top Prediction
 	found := false
+	scores := make([]LabelScore, 0, len(cands))
 	for _, c := range cands {
 		if c.Label == nil || c.Score == nil {
 			return Prediction{}, errors.New("label or score missing")
@@ -94,7 +95,10 @@ func best(cands []labelScore) (Prediction, error) {
 			top = Prediction{Label: label, Score: math.Min(s, 1)}
 			found = true
 		}
+		scores = append(scores, LabelScore{Label: label, Score: math.Min(s, 1)})
 	}
+	SortScores(scores)
+	top.Scores = scores
 	return top, nil
 }
 

@@ -32,7 +32,7 @@ func TestParseAnswerNestedAndFlat(t *testing.T) {
 				t.Fatalf("got %d predictions, want %d", len(got), len(c.want))
 			}
 			for i := range got {
-				if got[i] != c.want[i] {
+				if got[i].Label != c.want[i].Label || got[i].Score != c.want[i].Score {
 					t.Errorf("prediction %d = %+v, want %+v", i, got[i], c.want[i])
 				}
 			}

@@ -7,8 +7,10 @@
 package provider
 
 import (
+	"cmp"
 	"context"
 	"math"
+	"slices"
 	"time"
 )
 
@@ -25,6 +27,22 @@ type Prediction struct {
 	Score float64
 	// Usage is the tokens the text's call cost, when the provider says.
 	Usage Usage
+	// Scores are the labels the answer scored, best first (--top-k and
+	// --multi-label write them): a text-classification or zero-shot
+	// model's every label, a chat model's labels found in its first
+	// token's logprobs, the local model's three. nil when it scored none.
+	Scores []LabelScore
+}
+
+// LabelScore is a label and the score an answer gave it.
+type LabelScore struct {
+	Label string
+	Score float64
+}
+
+// SortScores sorts s best first; ties keep their order.
+func SortScores(s []LabelScore) {
+	slices.SortStableFunc(s, func(a, b LabelScore) int { return cmp.Compare(b.Score, a.Score) })
 }
 
 // Usage is what a call cost in tokens, as an OpenAI-style server's "usage"
@@ -33,11 +51,23 @@ type Prediction struct {
 type Usage struct {
 	Prompt, Completion int
 	Known              bool
+	// Cached is how many of the Prompt tokens the server read from its
+	// prompt cache (OpenAI's usage.prompt_tokens_details.cached_tokens,
+	// and other servers' names for it): part of Prompt, never more, and
+	// priced at the cached rate where one is known.
+	Cached int
 	// Cost is what the server itself said the call cost, in USD, when it
 	// says (OpenRouter's usage.cost): the spend ledger takes it over any
 	// price. Costed is false when it said nothing.
 	Cost   float64
 	Costed bool
+	// Reasoning is how many of the completion tokens a reasoning model
+	// spent reasoning (completion_tokens_details.reasoning_tokens): they
+	// are in Completion, and priced as output as OpenAI bills them.
+	Reasoning int
+	// Tier is the service tier that served the call, as its answer said
+	// ("flex" or "priority"; "" the default), which prices it.
+	Tier string
 }
 
 // MaxTokens is the most tokens a count holds: a server's usage above it is
@@ -51,8 +81,16 @@ func (u Usage) Total() int { return SatAdd(u.Prompt, u.Completion) }
 // Add sums two usages, each count at most MaxTokens; the sum is known (or
 // costed) when either is.
 func (u Usage) Add(v Usage) Usage {
-	return Usage{Prompt: SatAdd(u.Prompt, v.Prompt), Completion: SatAdd(u.Completion, v.Completion), Known: u.Known || v.Known,
-		Cost: u.Cost + v.Cost, Costed: u.Costed || v.Costed}
+	s := Usage{Prompt: SatAdd(u.Prompt, v.Prompt), Completion: SatAdd(u.Completion, v.Completion), Known: u.Known || v.Known,
+		Cost: u.Cost + v.Cost, Costed: u.Costed || v.Costed, Reasoning: SatAdd(u.Reasoning, v.Reasoning),
+		Cached: SatAdd(u.Cached, v.Cached)}
+	switch {
+	case !u.Known && !u.Costed:
+		s.Tier = v.Tier
+	case !v.Known && !v.Costed || u.Tier == v.Tier:
+		s.Tier = u.Tier
+	} // a sum of calls served by different tiers has none
+	return s
 }
 
 // SatAdd is a+b for token counts in [0, MaxTokens]: at most MaxTokens,

@@ -10,13 +10,23 @@ import (
 )
 
 // zeroShotPayload is a zero-shot request: {"inputs": TEXT or [TEXTS],
-// "parameters": {"candidate_labels": [...]}}.
-func zeroShotPayload(texts, labels []string) ([]byte, error) {
+// "parameters": {"candidate_labels": [...]}}, with hypothesis_template
+// when template is not "".
+func zeroShotPayload(texts, labels []string, template string, multi bool) ([]byte, error) {
 	var inputs any = texts
 	if len(texts) == 1 {
 		inputs = texts[0]
 	}
-	return json.Marshal(map[string]any{"inputs": inputs, "parameters": map[string]any{"candidate_labels": labels}})
+	params := map[string]any{"candidate_labels": labels}
+	if template != "" {
+		params["hypothesis_template"] = template
+	}
+	if multi {
+		// Each label scored on its own (entailment against contradiction),
+		// not shared out among them.
+		params["multi_label"] = true
+	}
+	return json.Marshal(map[string]any{"inputs": inputs, "parameters": params})
 }
 
 // zeroShotAnswer is the older zero-shot answer: the labels sorted by score.
@@ -85,5 +95,10 @@ func (a zeroShotAnswer) best() (Prediction, error) {
 			top = i
 		}
 	}
-	return Prediction{Label: a.Labels[top], Score: math.Min(a.Scores[top], 1)}, nil
+	scores := make([]LabelScore, len(a.Labels))
+	for i, l := range a.Labels {
+		scores[i] = LabelScore{Label: l, Score: math.Min(a.Scores[i], 1)}
+	}
+	SortScores(scores)
+	return Prediction{Label: a.Labels[top], Score: math.Min(a.Scores[top], 1), Scores: scores}, nil
 }

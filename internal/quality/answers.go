@@ -2,6 +2,9 @@ package quality
 
 import (
 	"math"
+	"strings"
+
+	"github.com/hfsent/hfsent/internal/provider"
 
 	"github.com/hfsent/hfsent/internal/results"
 )
@@ -33,6 +36,9 @@ type Answers struct {
 	// there is a calibration) is under ReviewBelow, or that has none.
 	Review      bool
 	ReviewBelow float64
+	// Multi: a row's label is several joined by provider.MultiSeparator
+	// (--multi-label), each mapped on its own.
+	Multi bool
 }
 
 // Active reports whether a changes anything.
@@ -43,7 +49,15 @@ func (a *Answers) Active() bool {
 // Apply changes r as the run writes it.
 func (a *Answers) Apply(r *results.Row) {
 	if r.Label != "" {
-		r.Label = a.Map.Apply(r.Label)
+		r.Label = a.mapLabel(r.Label)
+	}
+	if len(r.Scores) > 0 && !a.Map.Empty() {
+		// A copy: the response cache and dedupe keep the model's answer.
+		s := make([]results.LabelScore, len(r.Scores))
+		for i, ls := range r.Scores {
+			s[i] = results.LabelScore{Label: a.Map.Apply(ls.Label), Score: ls.Score}
+		}
+		r.Scores = s
 	}
 	if a.Calibration != nil || a.Uncalibrated {
 		r.RawScore = r.Score
@@ -59,6 +73,19 @@ func (a *Answers) Apply(r *results.Row) {
 	if a.Review {
 		r.Review = NeedsReview(*r, a.ReviewBelow)
 	}
+}
+
+// mapLabel is a row's label under the map: each of a multi-label row's
+// labels on its own.
+func (a *Answers) mapLabel(label string) string {
+	if !a.Multi || a.Map.Empty() {
+		return a.Map.Apply(label)
+	}
+	parts := strings.Split(label, provider.MultiSeparator)
+	for i, p := range parts {
+		parts[i] = a.Map.Apply(p)
+	}
+	return strings.Join(parts, provider.MultiSeparator)
 }
 
 // NeedsReview reports whether a row, as written, is under the review

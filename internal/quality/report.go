@@ -36,6 +36,10 @@ type Report struct {
 	Target *Target `json:"target,omitempty"`
 	// Labels are the labels met, sorted: the order of the matrix.
 	Labels []string `json:"labels"`
+	// Multi is the multi-label evaluation (--multi-label): each row's
+	// labels compared with its gold cell's as sets. The figures above
+	// compare them as written, whole.
+	Multi *MultiReport `json:"multi_label,omitempty"`
 }
 
 // LabelScore is one label's figures. Precision is 0 when the label was

@@ -15,6 +15,9 @@ import (
 type Tally struct {
 	// Eval, when set, compares every row with its gold label (Row.Gold).
 	Eval *Eval
+	// Multi, when set, compares every row's labels with its gold cell's
+	// as sets (--multi-label).
+	Multi *MultiEval
 	// Reviewed counts the rows marked for review.
 	Reviewed int64
 	// Review, when set, receives every row marked for review.
@@ -27,6 +30,9 @@ func (t *Tally) Add(rows []results.Row) error {
 		r := &rows[i]
 		if t.Eval != nil {
 			t.Eval.Add(ObsOf(*r))
+		}
+		if t.Multi != nil {
+			t.Multi.Add(ObsOf(*r))
 		}
 		if !r.Review {
 			continue

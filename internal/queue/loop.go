@@ -57,6 +57,7 @@ const maxCycles = 1
 type finished struct {
 	c   Claimed
 	res results.Row
+	job uint64 // the job's number (loop.jobSeq)
 }
 
 // cycleDone is a round trip that came back.
@@ -109,6 +110,17 @@ type loop struct {
 	promoting   []Claimed      // reservations the claim on its way runs first
 	unconfirmed map[int64]bool // started in a row's place; the swap not yet committed
 	speed       pace
+
+	// The rows in the pipeline: each one's newest job (numbered from
+	// jobSeq), and how many jobs it has there. A row has two when it came
+	// back in a claim while its old job still ran (the worker stopped past
+	// its lease, the row was rescued, and this worker took it again; or a
+	// reservation given back after its swap was refused, then claimed):
+	// the old job is superseded, and its result is never reported, so a
+	// row has one result to report by construction (issue 31, item 5).
+	jobSeq uint64
+	newest map[int64]uint64
+	jobs   map[int64]int
 }
 
 func newLoop(w *Worker, bg context.Context, p pipeline, g guard) *loop {
@@ -116,7 +128,7 @@ func newLoop(w *Worker, bg context.Context, p pipeline, g guard) *loop {
 	return &loop{w: w, p: p, g: g, bg: bg,
 		done:        make(chan finished, 2*w.cfg.Capacity),
 		cycles:      make(chan cycleDone, maxCycles),
-		unconfirmed: map[int64]bool{}}
+		unconfirmed: map[int64]bool{}, newest: map[int64]uint64{}, jobs: map[int64]int{}}
 }
 
 // run turns until the run is over: it takes in what changed outside, sends
@@ -158,6 +170,25 @@ func (l *loop) observe(ctx context.Context) {
 		}
 		l.reserve = nil
 	}
+	l.releaseLapsed()
+}
+
+// releaseLapsed gives back the reservations whose lease lapsed by this
+// worker's clock (it was stopped or cut off past it): it may not start
+// them, and kept, one stayed leased to it in the database, where no claim
+// of its own takes it again, and, were it the last worker, no other's
+// either, so its batch never finished (issue 31, item 4). Given back, any
+// worker claims it at once.
+func (l *loop) releaseLapsed() {
+	kept := l.reserve[:0]
+	for _, r := range l.reserve {
+		if lease := l.w.leaseOf(r.Seq); lease != nil && !lease.Held() {
+			l.release = append(l.release, r.Seq)
+			continue
+		}
+		kept = append(kept, r)
+	}
+	l.reserve = kept
 }
 
 // over says whether the run ends now, and with what: a fatal error once no
@@ -290,18 +321,64 @@ func (l *loop) wait(ctx context.Context) {
 // submit hands a claimed row to the pipeline, sent only while lease holds
 // (nil: a loop test's row that has none).
 func (l *loop) submit(cl Claimed, now time.Time, lease *rowLease) {
+	l.jobSeq++
+	n := l.jobSeq
+	l.supersede(cl.Seq, n)
 	l.held++
 	j := &engine.Job{Row: input.Row{Seq: cl.Seq, ID: cl.RequestID, Text: cl.Text}, At: now,
-		Done: func(res results.Row) { l.done <- finished{cl, res} }}
+		Done: func(res results.Row) { l.done <- finished{cl, res, n} }}
 	if lease != nil {
 		j.Lease = lease
 	}
 	l.p.Submit(j)
 }
 
+// supersede records job n as row seq's newest in the pipeline. A result
+// of an earlier job of the row waiting for the next round trip goes: the
+// database gave the row to this newer claim, so that result is of a claim
+// that ended, and with the newer one's it would be two results for one row.
+func (l *loop) supersede(seq int64, n uint64) {
+	l.newest[seq] = n
+	l.jobs[seq]++
+	kept := l.pending[:0]
+	for _, c := range l.pending {
+		if c.Seq == seq {
+			l.dropSuperseded(c.Seq, c.Attempt)
+			continue
+		}
+		kept = append(kept, c)
+	}
+	l.pending = kept
+}
+
+// dropSuperseded forgets a result of a job a newer claim of its row
+// superseded: not written, it is counted as discarded.
+func (l *loop) dropSuperseded(seq int64, attempt int) {
+	l.held--
+	l.w.log.Info("result of an earlier claim of a row dropped: this worker claimed the row again", "seq", seq, "attempt", attempt)
+	l.w.mu.Lock()
+	l.w.stats.Discarded++
+	l.w.mu.Unlock()
+}
+
+// ended records that f's job left the pipeline, and reports whether a
+// newer job of its row superseded it.
+func (l *loop) ended(f finished) (superseded bool) {
+	superseded = l.newest[f.c.Seq] != f.job
+	if l.jobs[f.c.Seq]--; l.jobs[f.c.Seq] <= 0 {
+		delete(l.jobs, f.c.Seq)
+		delete(l.newest, f.c.Seq)
+	}
+	return superseded
+}
+
 // finish turns a finished row into its completion and, when it ran under
 // a committed claim, starts a reservation in its place.
 func (l *loop) finish(f finished) {
+	if l.ended(f) {
+		l.dropSuperseded(f.c.Seq, f.c.Attempt)
+		return
+	}
 	c := l.w.completion(f)
 	if c.WaitMs >= 0 {
 		ewma(&l.speed.rowMs, float64(c.TotalMs))
@@ -484,7 +561,11 @@ func (l *loop) confirmSwaps(c cycleDone) {
 			y.extend(c.at, l.w.db.Lease())
 			y.slot.Store(nil)
 		default:
+			// Not sent, and given back: still reserved to this worker in
+			// the database (if the reservation had not passed on), it
+			// would wait there for its lease, then for another worker.
 			y.lapsed.Store(true)
+			l.release = append(l.release, d.Promote.Seq)
 		}
 	}
 }

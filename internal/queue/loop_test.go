@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -885,4 +886,103 @@ func TestLoopSwappedRowTakesItsLeaseFromTheSwap(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A row this worker still runs can come back to it in a claim: stopped
+// past its lease, the worker's own heartbeat rescued the row and its next
+// claim took it again, at the next attempt, while the old call had not
+// ended (issue 31, item 5). The old attempt's result is superseded: it is
+// never reported, so a round trip carries one result a row (two made
+// PostgreSQL refuse the whole write, SQLSTATE 21000), the newest attempt's.
+func TestLoopReportsARowClaimedAgainOnce(t *testing.T) {
+	// The same attempt too: a reservation given back after its swap was
+	// refused, its job not ended, and claimed again.
+	for _, c := range []struct {
+		order   string
+		attempt int
+	}{{"old first", 2}, {"new first", 2}, {"old before the claim", 2}, {"old first", 1}, {"new first", 1}} {
+		order := c.order
+		t.Run(fmt.Sprintf("%s, attempt %d", order, c.attempt), func(t *testing.T) {
+			r := startLoop(t, WorkerConfig{Capacity: 3}, &fakeStore{}, nil)
+			r.trip().answer(CycleOut{Claimed: claims([]int64{1, 5})}, nil)
+			j1, j5 := r.job(), r.job()
+			tr := r.trip() // the place left
+			if order == "old before the claim" {
+				finishRow(j1, outcome.NotAttempted) // lapsed: never sent
+			}
+			again := Claimed{Seq: 1, Attempt: c.attempt, RequestID: "r", Text: "t"}
+			tr.answer(CycleOut{Claimed: []Claimed{again}}, nil)
+			j1b := r.job()
+			finishRow(j5, outcome.Success)
+			tr = r.trip() // row 5's result: on its way while both of row 1's end
+			switch order {
+			case "old first":
+				finishRow(j1, outcome.NotAttempted)
+				finishRow(j1b, outcome.Success)
+			case "new first", "old before the claim":
+				finishRow(j1b, outcome.Success)
+				finishRow(j1, outcome.NotAttempted)
+			}
+			// Every round trip until the loop, its claims answered empty,
+			// waits for the poll with nothing left to write.
+			var done []Completion
+			for tr != nil {
+				done = append(done, tr.in.Done...)
+				tr.answer(CycleOut{Written: len(tr.in.Done)}, nil)
+				select {
+				case tr = <-r.db.trips:
+					r.taken = append(r.taken, tr)
+				case <-time.After(300 * time.Millisecond):
+					tr = nil
+				}
+			}
+			var ones []Completion
+			for _, d := range done {
+				if d.Seq == 1 {
+					ones = append(ones, d)
+				}
+			}
+			if len(ones) != 1 || ones[0].Attempt != c.attempt || ones[0].Action != Finish {
+				t.Fatalf("row 1 reported %+v; want once, the newer claim's answer", ones)
+			}
+		})
+	}
+}
+
+// A reservation the worker may no longer start, its lease lapsed by its
+// own clock (stopped or cut off past it), or its swap refused, is given
+// back in the next round trip, so that any worker, this one too, claims it
+// at once: kept leased to it in the database, no claim of this worker's
+// took it again, and a batch whose other workers had ended never finished
+// (issue 31, item 4).
+func TestLoopGivesBackReservationsItCannotStart(t *testing.T) {
+	t.Run("lapsed", func(t *testing.T) {
+		db := &fakeStore{reserves: true, lease: 300 * time.Millisecond,
+			heartbeat: func([]int64) error { return nil }} // answered, nothing renewed
+		r := startLoop(t, WorkerConfig{Capacity: 1}, db, nil)
+		r.trip().answer(CycleOut{Claimed: claims([]int64{1}, 2)}, nil)
+		j := r.job()
+		time.Sleep(db.lease)
+		finishRow(j, outcome.Success)
+		if tr := r.trip(); !slices.Contains(tr.in.Release, 2) {
+			t.Fatalf("round trip %+v after reservation 2's lease lapsed; want it given back", tr.in)
+		}
+	})
+	t.Run("swap refused", func(t *testing.T) {
+		r := startLoop(t, WorkerConfig{Capacity: 1}, &fakeStore{reserves: true}, nil)
+		r.trip().answer(CycleOut{Claimed: claims([]int64{1}, 2)}, nil)
+		finishRow(r.job(), outcome.Success)
+		j2 := r.job()                              // reservation 2, started in row 1's place
+		r.trip().answer(CycleOut{Written: 1}, nil) // the swap refused
+		finishRow(j2, outcome.NotAttempted)
+		for tr := r.trip(); ; tr = r.trip() {
+			if slices.Contains(tr.in.Release, 2) {
+				break
+			}
+			if len(tr.in.Done) > 0 && tr.in.Done[0].Seq == 2 {
+				t.Fatalf("reservation 2, its swap refused, given back only as a result (%+v), which the fence refuses", tr.in)
+			}
+			tr.answer(CycleOut{}, nil)
+		}
+	})
 }

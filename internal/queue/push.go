@@ -84,12 +84,8 @@ func (db *DB) Push(ctx context.Context, req PushRequest, src Source) (_ PushResu
 		return res, fmt.Errorf("%w at %s: %s", ErrConnect, db.url, summarise(err))
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx))
-	if tag, err := tx.Exec(ctx, sqlLockPush.sql, sqlLockPush.with(pgx.StrictNamedArgs{"batch": b.ID})); err != nil {
-		return res, fmt.Errorf("locking batch %q for a push: %s", b.Name, summarise(err))
-	} else if tag.RowsAffected() == 0 {
-		// queue drop deleted it while this push waited for its turn, or
-		// the push that created it failed and removed it (forget).
-		return res, fmt.Errorf("%w: batch %q was dropped (queue drop, or the failed push that created it) while this push waited for it; push again to create it anew", ErrRefused, b.Name)
+	if err := lockForPush(ctx, tx, b); err != nil {
+		return res, err
 	}
 	if req.Digest != "" {
 		if already, err := pushed(ctx, tx, b.ID, req.Digest); err != nil || already {
@@ -137,6 +133,35 @@ func (db *DB) Push(ctx context.Context, req PushRequest, src Source) (_ PushResu
 			return res, err
 		}
 	}
+	if err := queueRows(ctx, tx, b, base, cs); err != nil {
+		return res, err
+	}
+	if err := recordPush(ctx, tx, b, req.Source, digest, base, cs); err != nil {
+		return res, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return res, fmt.Errorf("committing the push into batch %q: %s", b.Name, summarise(err))
+	}
+	res.Rows, res.Invalid = int64(len(cs.items)), int64(len(cs.invalid))
+	return res, nil
+}
+
+// lockForPush takes batch b's push lock in tx: pushes into a batch take
+// turns. A batch gone meanwhile is refused.
+func lockForPush(ctx context.Context, tx pgx.Tx, b *Batch) error {
+	if tag, err := tx.Exec(ctx, sqlLockPush.sql, sqlLockPush.with(pgx.StrictNamedArgs{"batch": b.ID})); err != nil {
+		return fmt.Errorf("locking batch %q for a push: %s", b.Name, summarise(err))
+	} else if tag.RowsAffected() == 0 {
+		// queue drop deleted it while this push waited for its turn, or
+		// the push that created it failed and removed it (forget).
+		return fmt.Errorf("%w: batch %q was dropped (queue drop, or the failed push that created it) while this push waited for it; push again to create it anew", ErrRefused, b.Name)
+	}
+	return nil
+}
+
+// queueRows queues the rows cs copied into b's input from base: a row that
+// broke the rules is done at once, with its invalid_input result.
+func queueRows(ctx context.Context, tx pgx.Tx, b *Batch, base int64, cs *copySource) error {
 	if _, err := tx.CopyFrom(ctx, pgx.Identifier{"hfsent", "item"}, []string{"batch_id", "seq", "client", "state"},
 		pgx.CopyFromSlice(len(cs.items), func(i int) ([]any, error) {
 			it := cs.items[i]
@@ -146,7 +171,7 @@ func (db *DB) Push(ctx context.Context, req PushRequest, src Source) (_ PushResu
 			}
 			return []any{b.ID, base + int64(i), it.client, state}, nil
 		})); err != nil {
-		return res, fmt.Errorf("queueing rows of batch %q: %s", b.Name, summarise(err))
+		return fmt.Errorf("queueing rows of batch %q: %s", b.Name, summarise(err))
 	}
 	if len(cs.invalid) > 0 {
 		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"hfsent", "result"}, []string{"batch_id", "seq", "outcome", "error", "started_ms"},
@@ -154,32 +179,35 @@ func (db *DB) Push(ctx context.Context, req PushRequest, src Source) (_ PushResu
 				k := cs.invalid[i]
 				return []any{b.ID, base + int64(k), string(outcome.InvalidInput), cs.items[k].problem, nil}, nil
 			})); err != nil {
-			return res, fmt.Errorf("storing invalid rows of batch %q: %s", b.Name, summarise(err))
+			return fmt.Errorf("storing invalid rows of batch %q: %s", b.Name, summarise(err))
 		}
 	}
+	return nil
+}
+
+// recordPush records the push (its clients, its source and digest, the
+// rows from base), reopens a batch that has new rows to run, and tells the
+// workers.
+func recordPush(ctx context.Context, tx pgx.Tx, b *Batch, source, digest string, base int64, cs *copySource) error {
 	if _, err := tx.Exec(ctx, sqlAddClients.sql, sqlAddClients.with(pgx.StrictNamedArgs{"batch": b.ID, "clients": cs.clientList()})); err != nil {
-		return res, fmt.Errorf("storing the clients of batch %q: %s", b.Name, summarise(err))
+		return fmt.Errorf("storing the clients of batch %q: %s", b.Name, summarise(err))
 	}
-	if _, err := tx.Exec(ctx, sqlRecordPush.sql, sqlRecordPush.with(pgx.StrictNamedArgs{"batch": b.ID, "digest": digest, "source": req.Source,
+	if _, err := tx.Exec(ctx, sqlRecordPush.sql, sqlRecordPush.with(pgx.StrictNamedArgs{"batch": b.ID, "digest": digest, "source": source,
 		"first_seq": base, "rows": int64(len(cs.items))})); err != nil {
-		return res, fmt.Errorf("recording the push into batch %q: %s", b.Name, summarise(err))
+		return fmt.Errorf("recording the push into batch %q: %s", b.Name, summarise(err))
 	}
 	if err := batchRows(ctx, tx, b); err != nil {
-		return res, err
+		return err
 	}
 	if len(cs.items) > len(cs.invalid) {
 		if _, err := tx.Exec(ctx, sqlReopenBatch.sql, sqlReopenBatch.with(pgx.StrictNamedArgs{"batch": b.ID})); err != nil {
-			return res, fmt.Errorf("updating batch %q: %s", b.Name, summarise(err))
+			return fmt.Errorf("updating batch %q: %s", b.Name, summarise(err))
 		}
 	}
 	if _, err := tx.Exec(ctx, sqlNotify.sql, sqlNotify.with(pgx.StrictNamedArgs{"channel": channel(b.ID), "what": "push"})); err != nil {
-		return res, fmt.Errorf("notifying workers: %s", summarise(err))
+		return fmt.Errorf("notifying workers: %s", summarise(err))
 	}
-	if err := tx.Commit(ctx); err != nil {
-		return res, fmt.Errorf("committing the push into batch %q: %s", b.Name, summarise(err))
-	}
-	res.Rows, res.Invalid = int64(len(cs.items)), int64(len(cs.invalid))
-	return res, nil
+	return nil
 }
 
 // forget removes batch b, which this push created and then could not fill,

@@ -24,6 +24,12 @@ type Counters struct {
 	PromptTokens     atomic.Int64
 	CompletionTokens atomic.Int64
 	TokenCalls       atomic.Int64
+	// ReasoningTokens are the completion tokens a reasoning model spent
+	// reasoning (in CompletionTokens too).
+	ReasoningTokens atomic.Int64
+	// CachedPromptTokens are the prompt tokens the server read from its
+	// prompt cache: part of PromptTokens, not added to them.
+	CachedPromptTokens atomic.Int64
 
 	// Observe, when set before the run, is told of every primary call's
 	// duration and result (for a latency histogram).
@@ -57,6 +63,8 @@ func (c *Counters) countUsage(r *Row, ans provider.Answer, err error) {
 	r.usage = r.usage.Add(u)
 	satAdd(&c.PromptTokens, int64(u.Prompt))
 	satAdd(&c.CompletionTokens, int64(u.Completion))
+	satAdd(&c.ReasoningTokens, int64(u.Reasoning))
+	satAdd(&c.CachedPromptTokens, int64(u.Cached))
 	c.TokenCalls.Add(1)
 }
 
@@ -126,6 +134,7 @@ type Stats struct {
 	FallbackCalls int64 // calls sent to later stages (--fallback-model, a cascade's)
 	// Tokens reported (chat); TokenCalls: the calls that reported them.
 	PromptTokens, CompletionTokens, TokenCalls int64
+	ReasoningTokens                            int64 // of CompletionTokens
 	RateLimited                                int64
 	Timeouts                                   int64
 	BreakerOpenings                            int64
@@ -135,6 +144,9 @@ type Stats struct {
 	MaxInFlight                                int64
 	Limit                                      int // final adaptive limit; 0 when not adaptive
 	CallsPerSec                                float64
+	// CachedPromptTokens: the part of PromptTokens read from the
+	// server's prompt cache.
+	CachedPromptTokens int64
 }
 
 // Snapshot copies the counters; elapsed is the run's wall time, for calls/s.
@@ -147,20 +159,22 @@ func (c *Counters) Snapshot(elapsed time.Duration) Stats {
 		open += time.Since(time.Unix(0, at))
 	}
 	s := Stats{
-		Calls:            c.Calls.Load(),
-		Retries:          c.Retries.Load(),
-		FallbackCalls:    c.FallbackCalls.Load(),
-		PromptTokens:     c.PromptTokens.Load(),
-		CompletionTokens: c.CompletionTokens.Load(),
-		TokenCalls:       c.TokenCalls.Load(),
-		RateLimited:      c.RateLimited.Load(),
-		Timeouts:         c.Timeouts.Load(),
-		BreakerOpenings:  c.BreakerOpenings.Load(),
-		BreakerOpen:      open,
-		FallbackRows:     c.FallbackRows.Load(),
-		Cooldowns:        c.cooldowns.Load(),
-		MaxInFlight:      c.maxInFlight.Load(),
-		Limit:            c.Limit(),
+		Calls:              c.Calls.Load(),
+		Retries:            c.Retries.Load(),
+		FallbackCalls:      c.FallbackCalls.Load(),
+		PromptTokens:       c.PromptTokens.Load(),
+		CompletionTokens:   c.CompletionTokens.Load(),
+		TokenCalls:         c.TokenCalls.Load(),
+		ReasoningTokens:    c.ReasoningTokens.Load(),
+		RateLimited:        c.RateLimited.Load(),
+		Timeouts:           c.Timeouts.Load(),
+		BreakerOpenings:    c.BreakerOpenings.Load(),
+		BreakerOpen:        open,
+		FallbackRows:       c.FallbackRows.Load(),
+		Cooldowns:          c.cooldowns.Load(),
+		MaxInFlight:        c.maxInFlight.Load(),
+		Limit:              c.Limit(),
+		CachedPromptTokens: c.CachedPromptTokens.Load(),
 	}
 	if secs := elapsed.Seconds(); secs > 0 {
 		s.CallsPerSec = float64(s.Calls) / secs

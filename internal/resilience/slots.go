@@ -319,15 +319,19 @@ func (s *Slots) outageEnded() {
 // adaptive limit it always does: the provider asked for a pause, and its
 // quota is shared. With it, a 429 among calls that otherwise succeed is the
 // limit finding the provider's edge (or the provider counting a call that
-// just ended), which the limit answers by itself; everyone pauses only when
-// 429s are widespread among recent calls, or the limit is down to one.
+// just ended), which the limit answers by stepping back; everyone pauses
+// only when the provider refuses every call (no recent call succeeded).
+// Pausing on 429s that were merely widespread (issue 31) turned the
+// probes' refusals into shared pauses of a second or more, doubled when
+// the calls sent after one were refused again: the bad day ran at 0.46 of
+// its ideal time.
 func (s *Slots) pauseAll() bool {
 	if !s.adaptive {
 		return true
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.aimd.limit < 2 || s.aimd.widespread(kindRateLimited)
+	return s.aimd.refusingAll()
 }
 
 // aimd is a loss-based concurrency limit: additive increase while calls
@@ -517,6 +521,25 @@ func (a *aimd) widespread(k resultKind) bool {
 		}
 	}
 	return 2*n >= a.nrecent
+}
+
+// refusingAll: the recent calls (at least aimdStart of them) ended in 429s
+// or timeouts, none answered: the provider is not at an edge the limit can
+// find, it refuses everyone.
+func (a *aimd) refusingAll() bool {
+	if a.nrecent < aimdStart {
+		return false
+	}
+	limited := false
+	for i := range a.nrecent {
+		switch a.recent[i] {
+		case kindOK:
+			return false
+		case kindRateLimited:
+			limited = true
+		}
+	}
+	return limited
 }
 
 func isRateLimited(err error) bool {

@@ -8,11 +8,13 @@ import (
 	"io"
 	"math"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/hfsent/hfsent/internal/outcome"
+	"github.com/hfsent/hfsent/internal/provider"
 )
 
 // Columns is the header of a results file, in order; "text" is appended when
@@ -49,12 +51,23 @@ type Extra struct {
 	// answered the row, or where it ended (--cascade); blank for a row
 	// that reached none.
 	Stage bool
+	// CachedTokens: cached_prompt_tokens, the part of prompt_tokens the
+	// server read from its prompt cache (a chat model's run).
+	CachedTokens bool
+	// Scores: scores, the labels the answer scored and their scores,
+	// best first, as label=score pairs joined by ';' (--top-k,
+	// --multi-label); TopK, when set, writes the first TopK of them.
+	Scores bool
+	TopK   int
 }
 
-// extraColumns are the names of Extra's columns, in order.
-var extraColumns = []string{"raw_score", "review", "stage"}
+// LabelScore is a label and the score an answer gave it.
+type LabelScore = provider.LabelScore
 
-func (e Extra) on() []bool { return []bool{e.RawScore, e.Review, e.Stage} }
+// extraColumns are the names of Extra's columns, in order.
+var extraColumns = []string{"raw_score", "review", "stage", "cached_prompt_tokens", "scores"}
+
+func (e Extra) on() []bool { return []bool{e.RawScore, e.Review, e.Stage, e.CachedTokens, e.Scores} }
 
 // Columns are the extra columns e turns on, in order.
 func (e Extra) Columns() []string {
@@ -85,6 +98,10 @@ func extraOf(tail []string) (e Extra, ok bool) {
 			e.Review = true
 		case "stage":
 			e.Stage = true
+		case "cached_prompt_tokens":
+			e.CachedTokens = true
+		case "scores":
+			e.Scores = true
 		}
 		i++
 	}
@@ -135,6 +152,13 @@ type Row struct {
 	// (written blank).
 	PromptTokens, CompletionTokens int
 	Tokens                         bool
+	// CachedPromptTokens is the part of PromptTokens the server read from
+	// its prompt cache (written with Extra.CachedTokens, blank when
+	// Tokens is false).
+	CachedPromptTokens int
+	// Scores are the labels the answer scored, best first (written with
+	// Extra.Scores, the first Extra.TopK of them when it is set).
+	Scores []LabelScore
 	// CostUSD is what the row's calls cost, as the spend ledger priced
 	// their usage; Costed is false when no price was known (written
 	// blank). A row answered without a call costs 0.
@@ -219,7 +243,60 @@ func (r Row) record(dst []string, includeText, raw bool, extra Extra) []string {
 		}
 		dst = append(dst, stage)
 	}
+	if extra.CachedTokens {
+		cached := ""
+		if r.Tokens {
+			cached = strconv.Itoa(r.CachedPromptTokens)
+		}
+		dst = append(dst, cached)
+	}
+	if extra.Scores {
+		dst = append(dst, guard(FormatScores(r.Scores, extra.TopK)))
+	}
 	return dst
+}
+
+// FormatScores writes scores as the scores column holds them: label=score
+// pairs (the score to 4 places) joined by ';', the first k of them (k 0:
+// all).
+func FormatScores(scores []LabelScore, k int) string {
+	if k > 0 && len(scores) > k {
+		scores = scores[:k]
+	}
+	var b strings.Builder
+	for i, s := range scores {
+		if i > 0 {
+			b.WriteByte(';')
+		}
+		b.WriteString(s.Label)
+		b.WriteByte('=')
+		if math.IsNaN(s.Score) {
+			continue
+		}
+		b.WriteString(FormatScore(s.Score))
+	}
+	return b.String()
+}
+
+// ParseScores reads a scores cell back (FormatScores's); a pair it cannot
+// read is left out. A label holding '=' is read up to its last '='.
+func ParseScores(cell string) []LabelScore {
+	if cell == "" {
+		return nil
+	}
+	var out []LabelScore
+	for _, pair := range strings.Split(cell, ";") {
+		i := strings.LastIndexByte(pair, '=')
+		if i <= 0 {
+			continue
+		}
+		s := math.NaN()
+		if v, err := strconv.ParseFloat(pair[i+1:], 64); err == nil {
+			s = v
+		}
+		out = append(out, LabelScore{Label: pair[:i], Score: s})
+	}
+	return out
 }
 
 // FormatUSD writes an amount of USD as results and summaries show it: to

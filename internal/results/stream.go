@@ -35,9 +35,11 @@ type record struct {
 	CostUSD          *float64 `csv:"cost_usd,omitempty"`
 	Cached           string   `csv:"cached"`
 	// Extra columns, absent unless their feature was on.
-	RawScore *float64 `csv:"raw_score,omitempty"`
-	Review   string   `csv:"review"`
-	Stage    *int     `csv:"stage,omitempty"`
+	RawScore           *float64 `csv:"raw_score,omitempty"`
+	Review             string   `csv:"review"`
+	Stage              *int     `csv:"stage,omitempty"`
+	CachedPromptTokens *int     `csv:"cached_prompt_tokens,omitempty"`
+	Scores             string   `csv:"scores"`
 }
 
 func (r record) row() Row {
@@ -71,6 +73,10 @@ func (r record) row() Row {
 	if r.Stage != nil {
 		row.Stage = *r.Stage
 	}
+	if r.CachedPromptTokens != nil {
+		row.CachedPromptTokens = *r.CachedPromptTokens
+	}
+	row.Scores = ParseScores(Unguard(r.Scores))
 	if r.StartedMs != nil {
 		row.StartedMs = *r.StartedMs
 		if r.LatencyMs != nil {

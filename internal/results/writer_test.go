@@ -42,7 +42,7 @@ func TestStatusTable(t *testing.T) {
 		outcome.UpstreamTimeout: 504, outcome.UpstreamRateLimited: 503, outcome.UpstreamFailed: 502,
 		outcome.UpstreamRequestRejected: 502, outcome.UpstreamAuth: 502, outcome.UpstreamPayload: 502,
 		outcome.UpstreamQuota: 502, outcome.UpstreamNotFound: 502, outcome.UpstreamEndpoint: 502,
-		outcome.UpstreamUnlabelled: 502, outcome.UpstreamTruncated: 502, outcome.CircuitOpen: 503, outcome.NotAttempted: 503,
+		outcome.UpstreamUnlabelled: 502, outcome.UpstreamTruncated: 502, outcome.UpstreamRefused: 502, outcome.CircuitOpen: 503, outcome.NotAttempted: 503,
 	}
 	if len(outcome.All()) != len(want) {
 		t.Fatalf("%d codes, the table has %d", len(outcome.All()), len(want))

@@ -35,6 +35,40 @@ type Price struct {
 	// says whether it did.
 	InBatch, OutBatch float64
 	Batch             bool
+	// CachedIn is the price of a prompt token the server read from its
+	// prompt cache (LiteLLM's cache_read_input_token_cost,
+	// --price-cached-in); Cached says whether it is known. Unknown, a
+	// cached token is priced as any prompt token: never below what may
+	// be charged.
+	CachedIn float64
+	Cached   bool
+	// MaxInput is the model's context for the prompt, in tokens, where the
+	// list gives it (LiteLLM's max_input_tokens); 0: unknown.
+	MaxInput int
+	// Tiers are the prices of OpenAI's service tiers other than the
+	// default (LiteLLM's *_cost_per_token_flex and _priority), by the tier
+	// an answer says served it (provider.Usage.Tier); a tier without one
+	// is priced at In and Out.
+	Flex, Priority TierPrice
+}
+
+// TierPrice is one service tier's price, USD per token; Set when the
+// price list gives it.
+type TierPrice struct {
+	In, Out float64
+	Set     bool
+}
+
+// tier is the price of the tier named (nil for the default, or one the
+// list does not price).
+func (p *Price) tier(name string) *TierPrice {
+	switch {
+	case name == "flex" && p.Flex.Set:
+		return &p.Flex
+	case name == "priority" && p.Priority.Set:
+		return &p.Priority
+	}
+	return nil
 }
 
 // Cost is what usage u costs at p (batch: through a Batch API, at its
@@ -45,13 +79,27 @@ func (p Price) Cost(u provider.Usage, batch bool, discount float64) (usd float64
 		return 0, false
 	}
 	in, out := p.In, p.Out
+	if t := p.tier(u.Tier); t != nil {
+		in, out = t.In, t.Out
+	}
+	cached := in
+	if p.Cached {
+		cached = p.CachedIn
+	}
 	switch {
 	case batch && p.Batch:
+		// The batch's discount applies to the cached rate as to the other.
+		if p.In > 0 {
+			cached *= p.InBatch / p.In
+		}
 		in, out = p.InBatch, p.OutBatch
 	case batch && discount > 0:
-		in, out = in*discount, out*discount
+		in, out, cached = in*discount, out*discount, cached*discount
 	}
-	return float64(u.Prompt)*in + float64(u.Completion)*out, true
+	// Cached tokens are part of the prompt's: each priced once, at its
+	// rate.
+	c := min(max(u.Cached, 0), u.Prompt)
+	return float64(u.Prompt-c)*in + float64(c)*cached + float64(u.Completion)*out, true
 }
 
 // Prices says what each model costs: one price for every model (flat:
@@ -71,6 +119,18 @@ type Prices struct {
 func Flat(inPerMillion, outPerMillion float64) Prices {
 	p := Price{In: inPerMillion / PerMillion, Out: outPerMillion / PerMillion}
 	return Prices{flat: &p, Source: "--price-in/--price-out"}
+}
+
+// WithCachedIn is ps with the price of a cached prompt token (per million
+// tokens) set for its flat price (--price-cached-in); a table's prices
+// are left as they are.
+func (ps Prices) WithCachedIn(perMillion float64) Prices {
+	if ps.flat != nil {
+		f := *ps.flat
+		f.CachedIn, f.Cached = perMillion/PerMillion, true
+		ps.flat = &f
+	}
+	return ps
 }
 
 // Table is a price for each model of table (USD per token), as source
@@ -170,13 +230,14 @@ func Parse(r io.Reader) (Prices, error) {
 // input nor the output price.
 func entryPrice(e map[string]json.RawMessage) (Price, bool, error) {
 	var p Price
-	var have [4]bool
+	var have [5]bool
 	for i, f := range []struct {
 		name string
 		v    *float64
 	}{
 		{"input_cost_per_token", &p.In}, {"output_cost_per_token", &p.Out},
 		{"input_cost_per_token_batches", &p.InBatch}, {"output_cost_per_token_batches", &p.OutBatch},
+		{"cache_read_input_token_cost", &p.CachedIn},
 	} {
 		raw, ok := e[f.name]
 		if !ok || string(raw) == "null" {
@@ -191,7 +252,17 @@ func entryPrice(e map[string]json.RawMessage) (Price, bool, error) {
 	if !have[0] && !have[1] {
 		return Price{}, false, nil
 	}
+	if err := entryTiers(e, &p); err != nil {
+		return Price{}, false, err
+	}
 	p.Batch = have[2] || have[3]
+	p.Cached = have[4]
+	if raw, ok := e["max_input_tokens"]; ok {
+		// Documentation, not a price: a value that is no count is ignored.
+		if v, err := cost(raw); err == nil && v >= 1 && v <= provider.MaxTokens {
+			p.MaxInput = int(v)
+		}
+	}
 	if p.Batch {
 		// A list that gives one batch price and not the other means the
 		// other is the live one.
@@ -247,7 +318,13 @@ func (ps Prices) AtBatch() Prices {
 		case ps.BatchDiscount > 0:
 			in, out = in*ps.BatchDiscount, out*ps.BatchDiscount
 		}
-		return Price{In: in, Out: out, InBatch: in, OutBatch: out, Batch: true}
+		cached := p.CachedIn
+		if p.Batch && p.In > 0 {
+			cached *= p.InBatch / p.In
+		} else if !p.Batch && ps.BatchDiscount > 0 {
+			cached *= ps.BatchDiscount
+		}
+		return Price{In: in, Out: out, InBatch: in, OutBatch: out, Batch: true, CachedIn: cached, Cached: p.Cached, MaxInput: p.MaxInput}
 	}
 	out := Prices{Source: ps.Source, BatchDiscount: ps.BatchDiscount}
 	if ps.flat != nil {
@@ -268,4 +345,35 @@ func (ps Prices) AtBatch() Prices {
 func (ps Prices) HasBatch(model string) bool {
 	p, ok := ps.For(model)
 	return ok && (p.Batch || ps.BatchDiscount > 0)
+}
+
+// entryTiers reads an entry's flex and priority prices: a tier with one
+// of its two prices takes the default's for the other.
+func entryTiers(e map[string]json.RawMessage, p *Price) error {
+	for _, tier := range []string{"flex", "priority"} {
+		t := TierPrice{In: p.In, Out: p.Out}
+		for i, dir := range []string{"input", "output"} {
+			name := dir + "_cost_per_token_" + tier
+			raw, ok := e[name]
+			if !ok || string(raw) == "null" {
+				continue
+			}
+			v, err := cost(raw)
+			if err != nil {
+				return fmt.Errorf("%s: %w", name, err)
+			}
+			if i == 0 {
+				t.In = v
+			} else {
+				t.Out = v
+			}
+			t.Set = true
+		}
+		if tier == "flex" {
+			p.Flex = t
+		} else {
+			p.Priority = t
+		}
+	}
+	return nil
 }

@@ -207,3 +207,43 @@ func FuzzParse(f *testing.F) {
 }
 
 func near(a, b float64) bool { return math.Abs(a-b) <= 1e-12*math.Max(1, math.Abs(b)) }
+
+// Cached prompt tokens are part of the prompt's: each priced once, at
+// the cached rate when it is known (LiteLLM's cache_read_input_token_cost,
+// --price-cached-in), else at the prompt's rate.
+func TestCachedTokensPricedOnceAtTheirRate(t *testing.T) {
+	ps, err := Parse(strings.NewReader(liteLLM))
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := provider.Usage{Prompt: 2000, Completion: 10, Cached: 1920, Known: true}
+	l := NewLedger(ps, 0)
+	// gpt-4o-mini: 80 × 0.15/M + 1920 × 0.075/M + 10 × 0.6/M.
+	want := 80*1.5e-7 + 1920*7.5e-8 + 10*6e-7
+	if got, ok := l.Cost("gpt-4o-mini", u, false); !ok || math.Abs(got-want) > 1e-15 {
+		t.Errorf("gpt-4o-mini: %v, want %v", got, want)
+	}
+	// Without a cached rate, the prompt's: 2000 × 0.1/M + 10 × 0.2/M.
+	if got, _ := l.Cost("meta-llama/Llama-3.1-8B-Instruct", u, false); math.Abs(got-(2000*1e-7+10*2e-7)) > 1e-15 {
+		t.Errorf("no cached rate: %v", got)
+	}
+	// Through the Batch API, the batch's half of the cached rate.
+	wantBatch := 80*7.5e-8 + 1920*3.75e-8 + 10*3e-7
+	if got, _ := l.Cost("gpt-4o-mini", u, true); math.Abs(got-wantBatch) > 1e-15 {
+		t.Errorf("batch: %v, want %v", got, wantBatch)
+	}
+	if got, _ := NewLedger(ps.AtBatch(), 0).Cost("gpt-4o-mini", u, false); math.Abs(got-wantBatch) > 1e-15 {
+		t.Errorf("AtBatch: %v, want %v", got, wantBatch)
+	}
+	// Flat prices with --price-cached-in.
+	flat := Flat(0.15, 0.6).WithCachedIn(0.075)
+	if got, _ := NewLedger(flat, 0).Cost("any", u, false); math.Abs(got-want) > 1e-15 {
+		t.Errorf("flat: %v, want %v", got, want)
+	}
+	// A count over the prompt is the prompt: never a negative share.
+	over := u
+	over.Cached = 5000
+	if got, _ := NewLedger(flat, 0).Cost("any", over, false); math.Abs(got-(2000*7.5e-8+10*6e-7)) > 1e-15 {
+		t.Errorf("over: %v", got)
+	}
+}

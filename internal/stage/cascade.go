@@ -65,6 +65,9 @@ func Ledger(cfgs []*Config, limit float64) (*spend.Ledger, error) {
 		if err != nil {
 			return nil, err
 		}
+		if err := c.checkContext(ps); err != nil {
+			return nil, err
+		}
 		if ps.Known() {
 			lists, priced = append(lists, ps), append(priced, c)
 		}
@@ -77,7 +80,8 @@ func Ledger(cfgs []*Config, limit float64) (*spend.Ledger, error) {
 	}
 	same := true
 	for _, c := range priced[1:] {
-		same = same && c.PriceIn == priced[0].PriceIn && c.PriceOut == priced[0].PriceOut && c.Prices == priced[0].Prices
+		same = same && c.PriceIn == priced[0].PriceIn && c.PriceOut == priced[0].PriceOut && c.Prices == priced[0].Prices &&
+			c.PriceCachedIn == priced[0].PriceCachedIn
 	}
 	if same {
 		return spend.NewLedger(lists[0], limit), nil

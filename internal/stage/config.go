@@ -18,6 +18,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hfsent/hfsent/internal/labelset"
 	"github.com/hfsent/hfsent/internal/provider"
 	"github.com/hfsent/hfsent/internal/quality"
 )
@@ -58,11 +59,24 @@ type Config struct {
 	TPM        int    // tpm
 	Constrain  string // constrain
 
+	ReasoningEffort     string  // reasoning-effort
+	MaxCompletionTokens int     // max-completion-tokens
+	ServiceTier         string  // service-tier
+	LabelsFile          string  // labels-file
+	Examples            string  // examples
+	ExamplesPerLabel    int     // examples-per-label
+	MultiLabel          bool    // multi-label
+	LabelThreshold      float64 // label-threshold
+	TopK                int     // top-k
+
 	Budget Budget
 
 	PriceIn  float64 // price-in
 	PriceOut float64 // price-out
-	Prices   string  // prices
+	// PriceCachedIn is price-cached-in: USD per million prompt tokens
+	// read from the server's prompt cache.
+	PriceCachedIn float64
+	Prices        string // prices
 
 	LabelMap         string // label-map
 	Calibration      string // calibration
@@ -83,6 +97,12 @@ type Config struct {
 	labels   []string
 	prompt   string
 	labelMap quality.LabelMap
+	// The label set read (readLabelSet), and what it renders: a chat
+	// model's system message, a zero-shot model's hypotheses.
+	set        *labelset.Set
+	system     string
+	hypotheses []string
+	template   string
 	// fallbackOf is the --fallback-model a stage was derived from
 	// (Fallback), for its messages; "" for a stage of its own.
 	fallbackOf string
@@ -207,11 +227,16 @@ func (c *Config) Fallback() *Config {
 	s.TPM = 0
 	if kind.Chat {
 		s.labels = c.fallbackLabels()
+		s.hypotheses, s.template = nil, ""
+		if c.set != nil && c.system == "" {
+			s.system = c.set.System(c.instruction())
+		}
 	} else {
 		// An hf fallback is zero-shot only when the primary's labels were
 		// given (--labels), not for the default model's own; it takes no
-		// prompt.
-		s.prompt = ""
+		// prompt (nor a label file's rendering; its hypotheses, when the
+		// primary is a zero-shot model too).
+		s.prompt, s.system = "", ""
 	}
 	return &s
 }

@@ -276,6 +276,9 @@ func readStage(doc yamldoc.Doc, n *yaml.Node, i, count int, newFlags func(*Confi
 			return s, err
 		}
 	}
+	if c.MultiLabel {
+		return s, doc.Err(&yaml.Node{Line: lines["multi-label"]}, "multi-label", "%s: multi-label in a cascade: the cascade stays single-label (a row goes on by one label's calibrated score); run the model alone with --multi-label", what)
+	}
 	if c.EscalateBelow > 0 && i == count-1 {
 		return s, doc.Err(&yaml.Node{Line: lines["escalate-below"]}, "escalate-below", "%s: escalate-below on the last stage: there is no stage to send a row on to (the last stage's answer is final)", what)
 	}

@@ -189,6 +189,17 @@ func (c *Config) spec(token, userAgent string, log *slog.Logger) provider.Spec {
 		Prompt:         c.prompt,
 		Constrain:      c.Constrain,
 		Logger:         log,
+		// OpenAI's parameters (provider/reasoning.go).
+		ReasoningEffort:     c.ReasoningEffort,
+		MaxCompletionTokens: c.MaxCompletionTokens,
+		ServiceTier:         c.ServiceTier,
+		System:              c.system,
+		Hypotheses:          c.hypotheses,
+		HypothesisTemplate:  c.template,
+		TopK:                c.TopK,
+		MultiLabel:          c.MultiLabel,
+		Threshold:           c.LabelThreshold,
+		AllowNone:           c.set != nil && len(c.set.None) > 0,
 	}
 }
 
@@ -226,7 +237,11 @@ func (c *Config) For() (calibration.For, error) {
 	if kind.Remote && len(c.labels) > 0 {
 		f.Labels = c.labels
 	}
-	client, _, err := kind.New(provider.Spec{Model: c.Model, Endpoint: c.Endpoint, Labels: c.labels, Prompt: c.prompt, Constrain: c.Constrain})
+	// The request's hash covers the label set: its rendered prompt (chat)
+	// or hypotheses (zero-shot) are in the body.
+	client, _, err := kind.New(provider.Spec{Model: c.Model, Endpoint: c.Endpoint, Labels: c.labels, Prompt: c.prompt,
+		System: c.system, Hypotheses: c.hypotheses, HypothesisTemplate: c.template, Constrain: c.Constrain,
+		TopK: c.TopK, MultiLabel: c.MultiLabel, Threshold: c.LabelThreshold, AllowNone: c.set != nil && len(c.set.None) > 0})
 	if err != nil {
 		return f, fmt.Errorf("--endpoint %w", err)
 	}
@@ -290,6 +305,8 @@ func (c *Config) PriceList() (spend.Prices, error) {
 			return ps, fmt.Errorf("--prices %s has no price for --model %s (looked up as given, and without a :provider suffix): add its entry, or give --price-in and --price-out", c.Prices, c.Model)
 		}
 		return ps, nil
+	case c.given("price-in") && c.given("price-cached-in"):
+		return spend.Flat(c.PriceIn, c.PriceOut).WithCachedIn(c.PriceCachedIn), nil
 	case c.given("price-in"):
 		return spend.Flat(c.PriceIn, c.PriceOut), nil
 	}

@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/hfsent/hfsent/internal/budget"
@@ -34,6 +36,9 @@ func (c *Config) Validate() error {
 		if err := c.validLabels(kind); err != nil {
 			return err
 		}
+	}
+	if err := c.validScores(kind); err != nil {
+		return err
 	}
 	if err := c.validBounds(); err != nil {
 		return err
@@ -131,6 +136,9 @@ func (c *Config) validPrices(kind provider.Kind) error {
 	return first(
 		InRange("--price-in", c.PriceIn, 0, MaxPrice, ""),
 		InRange("--price-out", c.PriceOut, 0, MaxPrice, ""),
+		InRange("--price-cached-in", c.PriceCachedIn, 0, MaxPrice, ""),
+		refuse(c.given("price-cached-in") && !in && c.Prices == "", "--price-cached-in goes with --price-in and --price-out: it prices the cached part of the prompt tokens they price"),
+		refuse(c.given("price-cached-in") && c.Prices != "", "--price-cached-in and --prices: the price file gives each model's cached rate (cache_read_input_token_cost); give one"),
 		refuse(in != out, "--price-in and --price-out go together: a price for one kind of token only would guess the other"),
 		refuse((in || out) && c.Prices != "", "--prices and --price-in/--price-out contradict each other; give one"),
 		refuse(c.PricesGiven() && !kind.Chat, "--price-in, --price-out and --prices price the usage a chat model reports (--provider chat); --provider %s reports none", c.Provider),
@@ -139,7 +147,7 @@ func (c *Config) validPrices(kind provider.Kind) error {
 
 // PricesGiven reports whether any price setting was given.
 func (c *Config) PricesGiven() bool {
-	return c.given("price-in") || c.given("price-out") || c.Prices != ""
+	return c.given("price-in") || c.given("price-out") || c.given("price-cached-in") || c.Prices != ""
 }
 
 // validAnswers checks what the run does to the answers: --label-map,
@@ -188,8 +196,12 @@ func (c *Config) validLabels(kind provider.Kind) error {
 			return err
 		}
 	}
-	if kind.Chat && !given {
-		return errors.New("--provider chat needs --labels a,b,...: the labels the model must answer with")
+	if err := c.readLabelSet(kind); err != nil {
+		return err
+	}
+
+	if kind.Chat && !given && c.set == nil {
+		return errors.New("--provider chat needs --labels a,b,... or --labels-file FILE: the labels the model must answer with")
 	}
 	if c.PromptFile != "" {
 		if !kind.Chat && !strings.HasPrefix(fallback, ChatPrefix) {
@@ -203,6 +215,9 @@ func (c *Config) validLabels(kind provider.Kind) error {
 		return fmt.Errorf("--token-env %q is not an environment variable name (letters, digits, _)", c.TokenEnv)
 	}
 	if err := CheckConstrain(c.Constrain, c.given("constrain"), kind.Chat || strings.HasPrefix(fallback, ChatPrefix)); err != nil {
+		return err
+	}
+	if err := c.checkOpenAI(kind.Chat || strings.HasPrefix(fallback, ChatPrefix)); err != nil {
 		return err
 	}
 	if err := InRange("--tpm", c.TPM, 1, MaxTPM, "paced by the server's headers"); err != nil {
@@ -239,7 +254,7 @@ func (c *Config) readPrompt() error {
 // and the policies around it read: --provider local ignores them.
 var remoteFlags = []string{"model", "endpoint", "adaptive", "rps", "burst", "timeout", "connect-timeout", "retries",
 	"breaker-threshold", "breaker-window", "breaker-min-calls", "breaker-cooldown", "fallback-model", "fallback-endpoint", "bill-to",
-	"labels", "prompt-file", "token-env", "tpm", "constrain"}
+	"labels", "prompt-file", "token-env", "tpm", "constrain", "labels-file", "examples", "examples-per-label"}
 
 // Ignored lists the settings given that this provider ignores (the
 // embedded model reads none of the remote ones), as --flags.
@@ -374,3 +389,30 @@ func unwrapPathError(err error) error {
 	}
 	return err
 }
+
+// checkOpenAI refuses an OpenAI parameter that is no value of its flag,
+// or one given for a provider that is not chat.
+func (c *Config) checkOpenAI(chat bool) error {
+	if c.ReasoningEffort != "" && !slices.Contains(provider.ReasoningEfforts, c.ReasoningEffort) {
+		return fmt.Errorf("--reasoning-effort: want one of %s, got %q", strings.Join(provider.ReasoningEfforts, ", "), c.ReasoningEffort)
+	}
+	if c.ServiceTier != "" && !slices.Contains(provider.ServiceTiers, c.ServiceTier) {
+		return fmt.Errorf("--service-tier: want one of %s, got %q", strings.Join(provider.ServiceTiers, ", "), c.ServiceTier)
+	}
+	if err := InRange("--max-completion-tokens", c.MaxCompletionTokens, 1, provider.MaxCompletionTokens, "the label's room"); err != nil {
+		return err
+	}
+	if !chat && (c.ReasoningEffort != "" || c.ServiceTier != "" || c.MaxCompletionTokens != 0) {
+		return errors.New("--reasoning-effort, --max-completion-tokens and --service-tier are for --provider chat (or a chat:MODEL --fallback-model)")
+	}
+	if c.ServiceTier == "flex" && !c.given("timeout") {
+		// OpenAI's flex guide: answers take long; give a call 15 minutes.
+		// A 429 "resource unavailable" is retried as every 429 is.
+		c.Timeout = max(c.Timeout, FlexTimeout)
+	}
+	return nil
+}
+
+// FlexTimeout is --timeout's default with --service-tier flex, as
+// OpenAI's guide to the flex tier advises.
+const FlexTimeout = 15 * time.Minute

@@ -8,23 +8,17 @@
 -- row is locked (lock_batch.sql): it holds only its own rows, and a row
 -- written frees its place for the claim that follows in the same
 -- transaction. It answers the rows written.
-with sent as (
-	-- The results, one array per column.
+with done as (
+	-- The results, one array per column: one a row, by construction (a
+	-- worker reports only the newest attempt of a row it claimed again:
+	-- two would have the upsert below affect the row twice, which
+	-- PostgreSQL refuses for the whole statement, SQLSTATE 21000).
 	select * from unnest(@seq::bigint[], @attempt::int[], @action::text[], @outcome::text[], @label::text[], @score::float8[],
 	                     @model::text[], @attempts::int[], @latency_ms::bigint[], @error::text[], @wait_ms::bigint[],
 	                     @total_ms::bigint[], @delay_ms::bigint[], @prompt_tokens::int[], @completion_tokens::int[],
 	                     @cost_usd::float8[], @cached::bool[], @raw_score::float8[], @review::bool[], @stage::smallint[])
 	  as done(seq, attempt, action, outcome, label, score, model, attempts, latency_ms, error, wait_ms, total_ms, delay_ms,
 	          prompt_tokens, completion_tokens, cost_usd, cached, raw_score, review, stage)
-),
-done as (
-	-- One result a row: a row the worker reports twice in one write (a
-	-- give-back and an answer, after a stop past its lease) would have the
-	-- upsert below affect it twice, which PostgreSQL refuses for the whole
-	-- statement (SQLSTATE 21000). An answer is kept before a retry, a
-	-- retry before a give-back.
-	select distinct on (seq) * from sent
-	order by seq, case action when 'done' then 0 when 'retry' then 1 else 2 end
 ),
 written as (
 	-- The fence: state, owner, attempt.
@@ -70,8 +64,18 @@ saved as (
 	       -- --calibration's raw score, --review-below's flag and the
 	       -- --cascade stage that answered (null without them).
 	       done.raw_score, done.review, done.stage
+	-- The earlier result is looked up by its key, row by row: joined
+	-- plainly, the cached generic plan (made while the table was nearly
+	-- empty, so a batch's results looked like one row) walked every result
+	-- of the batch for each row written, a round trip's cost growing with
+	-- the batch (issue 31, item 3). OFFSET 0 keeps the planner from
+	-- flattening the subquery back into that join.
 	from done join queued on queued.seq = done.seq
-	left join hfsent.result prior on prior.batch_id = @batch and prior.seq = done.seq
+	left join lateral (
+		select p.attempts, p.claims, p.prompt_tokens, p.completion_tokens, p.cost_usd from hfsent.result p
+		where p.batch_id = @batch and p.seq = done.seq
+		offset 0
+	) prior on true
 	where done.action <> 'giveback'
 	on conflict (batch_id, seq) do update set
 		outcome = excluded.outcome, label = excluded.label, score = excluded.score, model = excluded.model,
@@ -87,7 +91,9 @@ union all
 -- Rows this worker already finished: a round trip whose answer was lost
 -- (the connection dropped at its commit) is sent again; those results are
 -- in, not refused.
+-- Each looked up by its key, as above (OFFSET 0: an EXISTS that is not
+-- turned into a join).
 select done.seq from done
-join hfsent.item i on i.batch_id = @batch and i.seq = done.seq and i.state = 'done'
-join hfsent.result r on r.batch_id = @batch and r.seq = done.seq and r.worker = @owner
 where done.action = 'done' and done.seq not in (select seq from written)
+  and exists (select 1 from hfsent.item i where i.batch_id = @batch and i.seq = done.seq and i.state = 'done' offset 0)
+  and exists (select 1 from hfsent.result r where r.batch_id = @batch and r.seq = done.seq and r.worker = @owner offset 0)

@@ -1,0 +1,186 @@
+package stage
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/hfsent/hfsent/internal/input"
+	"github.com/hfsent/hfsent/internal/labelset"
+	"github.com/hfsent/hfsent/internal/provider"
+	"github.com/hfsent/hfsent/internal/spend"
+)
+
+// The columns --examples is read by: a labelled CSV of examples has a text
+// column and a label column under these names.
+const (
+	ExamplesTextColumn  = "text"
+	ExamplesLabelColumn = "label"
+)
+
+// Bounds of the label settings.
+const (
+	MaxTopK = provider.MaxLabels
+	// MultiSeparator joins the labels of a row with several.
+	MultiSeparator = provider.MultiSeparator
+)
+
+// validScores checks --multi-label, --label-threshold and --top-k: the
+// providers that can answer so, and the features that stay single-label
+// (a calibration, a cascade: said so).
+func (c *Config) validScores(kind provider.Kind) error {
+	if err := first(
+		InRange("--top-k", c.TopK, 0, MaxTopK, "the label alone"),
+		// A Config built without flags holds 0: only a threshold in use
+		// is bounded.
+		refuse((c.MultiLabel || c.given("label-threshold")) && InRange("--label-threshold", c.LabelThreshold, 0.0001, 1, "") != nil,
+			"--label-threshold must be between 0.0001 and 1, got %g", c.LabelThreshold),
+		refuse(c.given("label-threshold") && !c.MultiLabel, "--label-threshold is for --multi-label: it chooses the labels whose scores reach it"),
+		refuse(c.TopK > 0 && c.MultiLabel, "--top-k and --multi-label: with --multi-label, scores holds every label the answer scored; give one"),
+	); err != nil || !c.MultiLabel {
+		return err
+	}
+	switch {
+	case !kind.Remote:
+		return fmt.Errorf("--multi-label is not for --provider %s: the embedded model gives one label a text", kind.Name)
+	case kind.Endpoint != "":
+		return fmt.Errorf("--multi-label is not for --provider %s: its server's scores are shared out among the labels", kind.Name)
+	case c.Calibration != "" || c.EscalateBelow > 0:
+		return errors.New("--multi-label and a calibration: a calibration is fitted on one label a row; calibration stays single-label (run without --calibration)")
+	case strings.TrimSpace(c.FallbackModel) != "":
+		return errors.New("--multi-label and --fallback-model: a fallback is a cascade of two, and the cascade stays single-label; run without --fallback-model")
+	}
+	for _, l := range c.labels {
+		if strings.Contains(l, MultiSeparator) {
+			return fmt.Errorf("--multi-label: label %q holds %q, which joins a row's labels", l, MultiSeparator)
+		}
+	}
+	return nil
+}
+
+// Multi reports whether the stage answers several labels a row.
+func (c *Config) Multi() bool { return c.MultiLabel }
+
+// LabelSet is the label set Validate read (--labels-file, with the
+// examples --examples chose), nil without --labels-file or --examples.
+func (c *Config) LabelSet() *labelset.Set { return c.set }
+
+// System is the fixed part of a chat prompt the label set renders ("":
+// none, the default instruction).
+func (c *Config) System() string { return c.system }
+
+// readLabelSet reads --labels-file and --examples into the set, before
+// anything is opened or sent: every error names the file and the line.
+// The set's names become the labels; a chat model is sent the set
+// rendered (System), a zero-shot model its descriptions as hypotheses.
+func (c *Config) readLabelSet(kind provider.Kind) error {
+	fileGiven, exGiven := c.LabelsFile != "", c.Examples != ""
+	switch {
+	case c.given("examples-per-label") && !exGiven:
+		return errors.New("--examples-per-label needs --examples FILE.csv: the examples to choose from")
+	case !fileGiven && !exGiven:
+		return nil
+	case fileGiven && c.given("labels"):
+		return fmt.Errorf("--labels and --labels-file %s contradict each other: the file names the labels; give one", c.LabelsFile)
+	case c.PromptFile != "":
+		return errors.New("--prompt-file and a label file (--labels-file, --examples) contradict each other: the label file's prompt is rendered by hfsent, first and the same for every row, so that a prompt cache can reuse it; give one")
+	case kind.Endpoint != "":
+		return fmt.Errorf("--labels-file and --examples are not for --provider %s: its server takes no candidate labels", kind.Name)
+	case exGiven && !kind.Chat:
+		return errors.New("--examples is for --provider chat: a zero-shot model is sent no examples")
+	case exGiven && !fileGiven && !c.given("labels"):
+		return errors.New("--examples needs the labels: give --labels a,b,... or --labels-file FILE")
+	}
+	if err := InRange("--examples-per-label", c.ExamplesPerLabel, 1, labelset.MaxPerLabel, ""); err != nil {
+		return err
+	}
+	set, err := c.baseSet()
+	if err != nil {
+		return err
+	}
+	if exGiven {
+		if set, err = c.readExamples(set); err != nil {
+			return err
+		}
+	}
+	c.set, c.labels = set, set.Names()
+	if kind.Chat {
+		c.system = set.System(c.instruction())
+		return nil
+	}
+	z, err := set.ZeroShot("")
+	if err != nil {
+		return fmt.Errorf("--labels-file %s: %v", c.LabelsFile, err)
+	}
+	c.hypotheses, c.template = nil, ""
+	if z.Template != "" {
+		c.hypotheses, c.template = z.Candidates, z.Template
+	}
+	return nil
+}
+
+// checkContext refuses a label file whose fixed part alone is over the
+// model's context, where the price list gives it (LiteLLM's
+// max_input_tokens): every row would be refused by the server.
+func (c *Config) checkContext(ps spend.Prices) error {
+	if c.system == "" {
+		return nil
+	}
+	p, ok := ps.For(c.Model)
+	if !ok || p.MaxInput == 0 {
+		return nil
+	}
+	if n := provider.EstimateText(c.system); n > p.MaxInput {
+		what := "--labels-file " + c.LabelsFile
+		if c.LabelsFile == "" {
+			what = "--examples " + c.Examples
+		}
+		return fmt.Errorf("%s: the prompt's fixed part is about %d tokens, over --model %s's context of %d (max_input_tokens in %s): fewer or shorter examples or descriptions", what, n, c.Model, p.MaxInput, ps.Source)
+	}
+	return nil
+}
+
+// instruction opens the fixed part: one label a row, or several.
+func (c *Config) instruction() string {
+	if c.MultiLabel {
+		return labelset.MultiInstruction
+	}
+	return labelset.SingleInstruction
+}
+
+// baseSet is --labels-file read, else --labels as a set.
+func (c *Config) baseSet() (*labelset.Set, error) {
+	if c.LabelsFile == "" {
+		labels, err := ParseLabels(c.Labels)
+		if err != nil {
+			return nil, err
+		}
+		return labelset.FromNames(labels)
+	}
+	set, err := labelset.Load(c.LabelsFile)
+	if err != nil {
+		return nil, fmt.Errorf("--labels-file: %w", err)
+	}
+	return set, nil
+}
+
+// readExamples adds --examples-per-label examples of each label chosen
+// from --examples.
+func (c *Config) readExamples(set *labelset.Set) (*labelset.Set, error) {
+	f, err := os.Open(c.Examples)
+	if err != nil {
+		return nil, fmt.Errorf("--examples: cannot read %s: %v", c.Examples, unwrapPathError(err))
+	}
+	defer f.Close()
+	out, _, err := labelset.ReadExamples(f, set, labelset.ExamplesOptions{
+		Input:       input.Options{Name: c.Examples, TextColumn: ExamplesTextColumn},
+		LabelColumn: ExamplesLabelColumn,
+		TextFlag:    "a column " + ExamplesTextColumn, LabelFlag: "a column " + ExamplesLabelColumn,
+		PerLabel: c.ExamplesPerLabel,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("--examples: %w", err)
+	}
+	return out, nil
+}
