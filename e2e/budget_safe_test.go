@@ -53,8 +53,11 @@ func readyz(t *testing.T, s *server) int {
 	return resp.StatusCode
 }
 
-// Three servers and two workers under --cap 12, PostgreSQL cut for 4 s
-// (a TCP proxy): every member keeps its share until its lease ends, then
+// Three servers and two workers under --cap 12, PostgreSQL cut off for 4 s
+// (a TCP proxy that forwards nothing, its connections held open: a
+// partition; a proxy that closes them ends the members' sessions as their
+// processes' exit would, and TestBudgetSessionsClosedByAProxy has that):
+// every member keeps its share until its lease ends, then
 // sends on its safe share (the cap divided by the members, at most its
 // share). The servers answer all through the cut, with no 503; the
 // provider never sees more than 12 at once; budget status and /metrics
@@ -79,7 +82,7 @@ func TestBudgetThroughADatabaseOutage(t *testing.T) {
 	for _, l := range loads {
 		l.reset()
 	}
-	px.SetDown(true)
+	px.SetStalled(true)
 	cut := time.Now()
 	time.Sleep(2 * time.Second)
 	st := budgetStatus(t, db, "b") // straight to PostgreSQL: the members cannot reach it
@@ -96,7 +99,7 @@ func TestBudgetThroughADatabaseOutage(t *testing.T) {
 		codes, _, _, _ := l.snapshot()
 		answered, refused = append(answered, codes[200]), append(refused, codes[503])
 	}
-	px.SetDown(false)
+	px.SetStalled(false)
 	mean, most := sm.window(cut, time.Now())
 	t.Logf("during the 4 s cut: servers answered %v, 503 %v; the provider's mean in flight %.1f, most %d; %d members on their safe shares (budget status), server 0's hfsent_budget_on_safe_share %g",
 		answered, refused, mean, most, onSafe, gauge)

@@ -97,6 +97,13 @@ type Member struct {
 	renewals, failures     atomic.Int64
 	// safe is the safe share, safeEnd when it ends (as leaseEnd).
 	safe, safeEnd atomic.Int64
+	// lockMu orders the safe share's changes by a renewal and by the loss
+	// of the session lock (session.go): lastLocked is whether the last
+	// renewal saw the lock held, lostAt when its connection last ended
+	// (as leaseEnd; 0: never).
+	lockMu     sync.Mutex
+	lastLocked bool
+	lostAt     int64
 
 	// peaks are a server's last demand peaks, one per renewal (the loop's
 	// own): it asks for the most of them, so that a burst seen in the last
@@ -185,8 +192,9 @@ func (m *Member) Start(ctx context.Context, g Guard) error {
 	if err != nil {
 		m.startWithout(err)
 	}
-	m.wg.Add(3)
+	m.wg.Add(4)
 	go func() { defer m.wg.Done(); m.loop(err != nil) }()
+	go func() { defer m.wg.Done(); m.hold() }()
 	go func() { defer m.wg.Done(); m.listen() }()
 	go func() { defer m.wg.Done(); m.record() }()
 	return nil
@@ -316,11 +324,8 @@ func (m *Member) renew(ctx context.Context) error {
 	if !r.Rated {
 		rps = -1
 	}
-	safeUntil := until.Add(m.cfg.SafeFor)
-	m.g.SetSafe(r.Safe, safeUntil)
+	m.applySafe(r, asked, until.Add(m.cfg.SafeFor))
 	m.g.SetShare(r.Share, rps, until)
-	m.safe.Store(int64(r.Safe))
-	m.safeEnd.Store(int64(safeUntil.Sub(m.base)))
 	m.share.Store(int64(r.Share))
 	m.lent.Store(int64(r.Lent))
 	m.guardRPS = rps

@@ -37,10 +37,14 @@ func load(name string) string { return sqlfile.Read(sqlFiles, name) }
 var (
 	// A renewal, in the order it sends them.
 	sqlLockBudget = load("lock_budget")
+	sqlLost       = load("lost")
 	sqlReclaim    = load("reclaim")
 	sqlMembers    = load("members")
 	sqlRenew      = load("renew")
 	sqlLeave      = load("leave")
+
+	// A member's session lock, on its own connection.
+	sqlSessionLock = load("session_lock")
 
 	// What members share of an outage.
 	sqlPause  = load("pause")
@@ -272,6 +276,10 @@ type Renewal struct {
 	Paused time.Duration
 	Open   time.Duration
 	OpenBy string
+	// Locked is whether the member's session lock was held when it
+	// renewed: if so, the budget keeps its safe share only while that
+	// session lasts (a process gone is reclaimed without it).
+	Locked bool
 }
 
 // Renew reports r, and takes the member's share and lease, in one
@@ -306,6 +314,7 @@ func (s *Store) Renew(ctx context.Context, budget string, r Report) (Renewal, er
 		})
 		return err
 	})
+	b.Queue(sqlLost, pgx.StrictNamedArgs{"budget": budget})
 	b.Queue(sqlReclaim, pgx.StrictNamedArgs{"budget": budget, "grace_ms": ReclaimGrace.Milliseconds()})
 	b.Queue(sqlMembers, pgx.StrictNamedArgs{"budget": budget, "member": r.Member}).Query(func(rows pgx.Rows) error {
 		var c Claim
@@ -348,7 +357,9 @@ func (s *Store) Renew(ctx context.Context, budget string, r Report) (Renewal, er
 	b.Queue(sqlRenew, pgx.StrictNamedArgs{"budget": budget, "member": r.Member, "host": r.Host, "pid": r.PID, "kind": string(r.Kind),
 		"max_calls": r.Max, "demand": r.Demand, "in_flight": r.InFlight, "share": out.Share, "charge": charge, "rps": out.RPS, "rps_charge": rpsCharge,
 		"timeout_ms": max(1, r.Timeout.Milliseconds()), "lease_ms": r.Lease.Milliseconds(),
-		"safe": safeCharge, "safe_ms": max(0, r.SafeFor.Milliseconds())})
+		"safe": safeCharge, "safe_ms": max(0, r.SafeFor.Milliseconds())}).QueryRow(func(row pgx.Row) error {
+		return row.Scan(&out.Locked)
+	})
 	b.Queue("commit")
 	if err := conn.SendBatch(ctx, b).Close(); err != nil {
 		return out, err

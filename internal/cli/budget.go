@@ -225,7 +225,8 @@ func newBudgetStatusCmd(ios *IOStreams, g *globalOptions) *cobra.Command {
 renewed, its safe share (what it sends on once its lease ends without a
 renewal) and whether it is on it (on_safe: its lease passed, its safe
 share's window not). A member whose lease passed is listed (live=false)
-until its charge is handed back. The shares listed sum to at most the cap. --watch redraws
+until its charge is handed back, its share then listed as what it holds (its charge). The
+shares listed sum to at most the cap. --watch redraws
 every --interval until interrupted, through database faults: while a read
 fails or does not answer (within the interval, at least 1s, at most 5s), it
 redraws the last status read under a line saying since when the database

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/hfsent/hfsent/internal/input"
 	"github.com/hfsent/hfsent/internal/results"
 )
 
@@ -91,59 +92,19 @@ func (o *Output) recover(opts Options) error {
 	if err != nil {
 		return fail(err)
 	}
-	var batch []results.Row
-	flush := func() error {
-		err := w.Write(batch)
-		batch = batch[:0]
-		return err
-	}
-	var fromNewer int64
-	// A damaged tail of the newer file ends its part: the old file still
-	// holds those rows.
-	for row, err := newer.Next(); err == nil; row, err = newer.Next() {
-		want, err := in.Next()
-		if err != nil || !sameID(row.RequestID, want.ID) {
-			drop()
-			newer.Close()
-			return discard(fmt.Sprintf("its row %d (request_id %q) is not the input's row %d", fromNewer+1, row.RequestID, fromNewer+1))
-		}
-		if batch = append(batch, row); len(batch) >= 1024 {
-			if err := flush(); err != nil {
-				return fail(err)
-			}
-		}
-		fromNewer++
-	}
-	var skipped int64
-	for {
-		row, err := older.Next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return fail(fmt.Errorf("reading %s: %w", o.path, err))
-		}
-		if skipped < fromNewer {
-			skipped++
-			continue
-		}
-		if batch = append(batch, row); len(batch) >= 1024 {
-			if err := flush(); err != nil {
-				return fail(err)
-			}
-		}
-	}
-	if err := flush(); err != nil {
+	fromNewer, why, err := mergeRows(w, newer, older, in, o.path)
+	switch {
+	case why != "":
+		drop()
+		newer.Close()
+		return discard(why)
+	case err != nil:
 		return fail(err)
 	}
-	serr := syncFile(f)
-	cerr := f.Close()
+	err = closeSynced(f)
 	closed = true
-	if serr != nil {
-		return fail(serr)
-	}
-	if cerr != nil {
-		return fail(cerr)
+	if err != nil {
+		return fail(err)
 	}
 	// Closed before the rename: Windows cannot rename over an open file,
 	// so the old output's readers go first too.
@@ -159,4 +120,57 @@ func (o *Output) recover(opts Options) error {
 	_ = removeIfThere(o.fs, idPath)
 	o.log.Info(fmt.Sprintf("--resume: an earlier resume of %s was cut short; its %d finished rows are kept", o.path, fromNewer))
 	return nil
+}
+
+// mergeRows writes to w the newer file's rows, then the older file's from
+// the row where the newer ones end, in batches. A newer row that is not
+// the input's row at its place makes the newer file another run's: why says
+// so, and nothing of the merge is to be kept. A damaged tail of the newer
+// file ends its part: the old file still holds those rows.
+func mergeRows(w *results.Writer, newer, older *results.Stream, in *input.Reader, oldPath string) (fromNewer int64, why string, err error) {
+	batch := make([]results.Row, 0, 1024)
+	add := func(row results.Row) error {
+		if batch = append(batch, row); len(batch) < cap(batch) {
+			return nil
+		}
+		err := w.Write(batch)
+		batch = batch[:0]
+		return err
+	}
+	for row, err := newer.Next(); err == nil; row, err = newer.Next() {
+		want, err := in.Next()
+		if err != nil || !sameID(row.RequestID, want.ID) {
+			return fromNewer, fmt.Sprintf("its row %d (request_id %q) is not the input's row %d", fromNewer+1, row.RequestID, fromNewer+1), nil
+		}
+		if err := add(row); err != nil {
+			return fromNewer, "", err
+		}
+		fromNewer++
+	}
+	for skipped := int64(0); ; {
+		row, err := older.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return fromNewer, "", fmt.Errorf("reading %s: %w", oldPath, err)
+		}
+		if skipped < fromNewer {
+			skipped++
+			continue
+		}
+		if err := add(row); err != nil {
+			return fromNewer, "", err
+		}
+	}
+	return fromNewer, "", w.Write(batch)
+}
+
+// closeSynced syncs f to disk and closes it: the first error of the two.
+func closeSynced(f file) error {
+	serr := syncFile(f)
+	if cerr := f.Close(); serr == nil {
+		return cerr
+	}
+	return serr
 }

@@ -305,24 +305,7 @@ func decodeItems(r io.Reader, max int) (items []item, count int, found bool, fie
 			continue
 		}
 		found = true
-		for dec.More() {
-			count++
-			if count > max {
-				if err := dec.Decode(new(json.RawMessage)); err != nil {
-					return fail(err)
-				}
-				continue
-			}
-			var it item
-			if err := dec.Decode(&it.textRequest); err != nil {
-				if !isDecodeError(err) {
-					return fail(err)
-				}
-				it.field, it.msg = describe(err)
-			}
-			items = append(items, it)
-		}
-		if _, err := dec.Token(); err != nil { // ]
+		if items, count, err = readItems(dec, max); err != nil {
 			return fail(err)
 		}
 	}
@@ -334,6 +317,31 @@ func decodeItems(r io.Reader, max int) (items []item, count int, found bool, fie
 	}
 	field, msg = trailing(dec)
 	return items, count, found, field, msg
+}
+
+// readItems reads the items of an array whose '[' was read, and its ']':
+// at most max of them kept (past it they are only counted), an item's own
+// error kept in its place; err is an error of the whole body.
+func readItems(dec *json.Decoder, max int) (items []item, count int, err error) {
+	for dec.More() {
+		count++
+		if count > max {
+			if err := dec.Decode(new(json.RawMessage)); err != nil {
+				return nil, 0, err
+			}
+			continue
+		}
+		var it item
+		if err := dec.Decode(&it.textRequest); err != nil {
+			if !isDecodeError(err) {
+				return nil, 0, err
+			}
+			it.field, it.msg = describe(err)
+		}
+		items = append(items, it)
+	}
+	_, err = dec.Token() // ]
+	return items, count, err
 }
 
 // tooBig stands for a number too large for a float64, which Token refuses

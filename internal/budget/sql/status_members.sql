@@ -1,5 +1,8 @@
 -- budget status: every member row, lapsed ones too (their charge still
--- counts until they are reclaimed), in the order they joined.
+-- counts until they are reclaimed), in the order they joined. A lapsed
+-- member's share is listed as what it holds now, its charge: its old share
+-- no longer counts (once its calls must have ended, the budget keeps only
+-- its safe share for it), so the shares listed sum to at most the cap.
 select id,
        host,
        pid,
@@ -7,14 +10,15 @@ select id,
        max_calls,
        demand,
        in_flight,
-       share,
+       case when lease_until > now() then share else charge end as share,
        charge,
        rps,
        lease_until > now()                                  as live,
        safe,
        -- its lease passed, its safe share not: it sends on its safe share
        -- if it runs (a member cut off from the database)
-       safe > 0 and lease_until <= now()
+       -- (not one whose session lock was seen free: its process is gone)
+       safe > 0 and lease_until <= now() and lock_lost_at is null
            and lease_until + make_interval(secs => safe_ms / 1000.0) > now() as on_safe,
        (extract(epoch from now() - renewed_at) * 1000)::bigint as renewed_ms_ago,
        renewals
