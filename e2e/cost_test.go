@@ -128,7 +128,10 @@ func TestCostColumnSumsToTheSummary(t *testing.T) {
 // leaves a cache the next run opens and uses: the rows finished before the
 // kill are (mostly) hits, nothing is answered wrong, and the run ends 0.
 func TestKill9LeavesAUsableCache(t *testing.T) {
-	f := &fakehf.Chat{Latency: 3 * time.Millisecond}
+	// 20 ms a call at -c 4: about 200 rows a second, so that each killed
+	// run lives past the cache writer's longest wait (1 s: a kill -9 loses
+	// at most the last second's answers, never the file).
+	f := &fakehf.Chat{Latency: 20 * time.Millisecond}
 	srv := fakehf.StartChat(f)
 	defer srv.Close()
 	dir := t.TempDir()
@@ -138,12 +141,14 @@ func TestKill9LeavesAUsableCache(t *testing.T) {
 	for round := range 3 {
 		out := filepath.Join(dir, fmt.Sprintf("killed%d.csv", round))
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-		cmd, _ := hfsent(t, ctx, append([]string{"classify", in, "-o", out, "-c", "8"}, costFlags(srv.URL, cacheDir)...)...)
+		cmd, _ := hfsent(t, ctx, append([]string{"classify", in, "-o", out, "-c", "4"}, costFlags(srv.URL, cacheDir)...)...)
 		cmd.Env = append(cmd.Env, "HF_TOKEN=hf_x")
+		began := time.Now()
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
 		waitRows(t, out, 50*(round+1))
+		time.Sleep(time.Until(began.Add(1500 * time.Millisecond)))
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
 		cancel()
