@@ -385,6 +385,11 @@ func (l *loop) finish(f finished) {
 	}
 	swappedIn := l.unconfirmed[f.c.Seq]
 	delete(l.unconfirmed, f.c.Seq)
+	if y := l.w.leaseOf(f.c.Seq); swappedIn && y != nil && y.lapsed.Load() {
+		// Its swap was refused while it ran (confirmSwaps): give it back
+		// with its result.
+		l.release = append(l.release, f.c.Seq)
+	}
 	if !swappedIn && c.Action != GiveBack && len(l.reserve) > 0 && l.swapOK() {
 		// The reservation takes the finished row's place under the cap:
 		// both leases must hold now, and it is sent only while both do,
@@ -561,11 +566,17 @@ func (l *loop) confirmSwaps(c cycleDone) {
 			y.extend(c.at, l.w.db.Lease())
 			y.slot.Store(nil)
 		default:
-			// Not sent, and given back: still reserved to this worker in
-			// the database (if the reservation had not passed on), it
-			// would wait there for its lease, then for another worker.
+			// Refused: the row is still reserved to this worker in the
+			// database (if the reservation had not passed on), where it
+			// would wait for its lease, then for another worker, and its
+			// result, not running there, is never written. It is given
+			// back once its job left the pipeline (finish, when still in
+			// it): given back while its call may be on its way, another
+			// worker could claim it and pay a second call at once.
 			y.lapsed.Store(true)
-			l.release = append(l.release, d.Promote.Seq)
+			if l.jobs[d.Promote.Seq] == 0 {
+				l.release = append(l.release, d.Promote.Seq)
+			}
 		}
 	}
 }

@@ -459,11 +459,17 @@ func TestLoopSwapsAReservationIntoAFinishedRowsPlace(t *testing.T) {
 	// in a place never confirmed, and when it finishes it starts no other
 	// reservation in its own.
 	tr.answer(CycleOut{Written: 1}, nil)
+	r.noTrip("row 3's swap refused while its call may be on its way: not given back yet")
 	finishRow(j3, outcome.Success)
 	r.noJob("a row whose swap was not confirmed finished")
 	tr = r.trip()
 	if len(tr.in.Done) != 1 || tr.in.Done[0].Seq != 3 || tr.in.Done[0].Promote != nil {
 		t.Fatalf("round trip %+v; want row 3's result, promoting nothing", tr.in)
+	}
+	// Still reserved to this worker in the database, row 3 is given back,
+	// with its result: not before, while its call might be on its way.
+	if len(tr.in.Release) != 1 || tr.in.Release[0] != 3 {
+		t.Fatalf("round trip %+v; want reservation 3 given back with its result", tr.in)
 	}
 }
 
