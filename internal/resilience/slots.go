@@ -493,7 +493,12 @@ func (a *aimd) onResult(p *Permit, err error, inUse int) {
 	case err == nil && p.full:
 		switch {
 		case a.slowStart:
-			a.limit++
+			// +1 per success doubles the limit per round trip, but no more
+			// than twice the level this call proved: successes of calls sent
+			// at a lower level, coming back before the refusals of the calls
+			// sent past the provider's edge, must not carry the limit on
+			// past a doubling.
+			a.limit = math.Max(a.limit, math.Min(a.limit+1, 2*float64(p.k)))
 		case a.limit+1 >= a.lossAt && a.limit < a.lossAt+1:
 			a.limit += 1 / (aimdPlateau * float64(int(1)<<a.probeBackoff) * a.limit)
 		default:
