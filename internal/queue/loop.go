@@ -385,10 +385,13 @@ func (l *loop) finish(f finished) {
 	}
 	swappedIn := l.unconfirmed[f.c.Seq]
 	delete(l.unconfirmed, f.c.Seq)
-	if y := l.w.leaseOf(f.c.Seq); swappedIn && y != nil && y.lapsed.Load() {
+	if swappedIn {
 		// Its swap was refused while it ran (confirmSwaps): give it back
-		// with its result.
-		l.release = append(l.release, f.c.Seq)
+		// with its result. Only a row swapped in is looked up: the lookup
+		// takes the worker's lock, and every finished row passes here.
+		if y := l.w.leaseOf(f.c.Seq); y != nil && y.lapsed.Load() {
+			l.release = append(l.release, f.c.Seq)
+		}
 	}
 	if !swappedIn && c.Action != GiveBack && len(l.reserve) > 0 && l.swapOK() {
 		// The reservation takes the finished row's place under the cap:
