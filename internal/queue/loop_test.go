@@ -724,9 +724,13 @@ func TestLoopSharesBackpressure(t *testing.T) {
 	r := startLoop(t, WorkerConfig{Capacity: 1}, &fakeStore{}, g)
 	var hooks resilience.Config
 	r.w.Tune(&hooks)
-	r.trip().answer(CycleOut{}, nil)
+	// Both are set while the first round trip is on its way (one at most
+	// at a time, maxCycles): set after it, the next could leave between
+	// the two and report the pause alone.
+	first := r.trip()
 	hooks.OnPause(time.Now().Add(2 * time.Second))
 	hooks.OnOpen(time.Now().Add(5 * time.Second))
+	first.answer(CycleOut{}, nil)
 	tr := r.trip()
 	if tr.in.PauseFor <= time.Second || tr.in.PauseFor > 2*time.Second || tr.in.OpenFor <= 4*time.Second || tr.in.OpenFor > 5*time.Second {
 		t.Fatalf("round trip reports pause %s and open %s; want about 2s and 5s", tr.in.PauseFor, tr.in.OpenFor)
