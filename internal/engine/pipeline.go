@@ -630,11 +630,7 @@ func (p *Pipeline) slot(j *Job, wait time.Duration) (*resilience.Permit, results
 	if n, held := p.slots.Share(); n >= 0 && !held {
 		// A member of a fleet budget whose lease lapsed: nothing is sent
 		// until it renews. Why, as the member said.
-		why := p.slots.Lapse()
-		if why == "" {
-			why = "it could not be renewed"
-		}
-		msg = "not sent: this process's share of the fleet budget (--budget) lapsed: " + why + "; nothing new is sent until it renews"
+		msg = p.slots.LapseMessage()
 	}
 	p.turnedAway.Store(time.Now().UnixNano())
 	return nil, results.Row{Outcome: outcome.LocalCapacity, StartedMs: -1, RetryAfter: retry, Error: msg}

@@ -480,6 +480,7 @@ const (
 	waitCooldown
 	waitBreaker
 	waitBackoff
+	waitLease
 	waitCall
 )
 
@@ -745,8 +746,24 @@ type leased struct {
 }
 
 func (l *leased) attempt(ctx context.Context, r *Row, c provider.Call) (provider.Answer, error) {
-	if err := l.slots.waitLease(ctx, r.Stop); err != nil {
+	r.wait(waitLease)
+	err := l.slots.waitLease(ctx, r.Stop, r.FailFast)
+	if errors.Is(err, errNoLease) {
+		return provider.Answer{}, l.lapsedError()
+	}
+	if err != nil {
 		return provider.Answer{}, err
 	}
 	return l.inner.attempt(ctx, r, c)
+}
+
+// errNoLease is a row that would wait for the budget's lease to renew but
+// may not wait (Row.FailFast).
+var errNoLease = errors.New("the budget's lease lapsed")
+
+// lapsedError is a row not sent because the budget's lease lapsed, and
+// did not renew before it had to end: local_capacity, saying why the lease
+// lapsed, and to try again in a second (a renewal is due by then).
+func (l *leased) lapsedError() error {
+	return &provider.Error{Outcome: outcome.LocalCapacity, RetryAfter: time.Second, Msg: l.slots.LapseMessage()}
 }

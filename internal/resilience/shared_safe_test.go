@@ -1,8 +1,13 @@
 package resilience
 
 import (
+	"context"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/hfsent/hfsent/internal/outcome"
+	"github.com/hfsent/hfsent/internal/provider"
 )
 
 // Once its lease passes, a member of a fleet budget sends on its safe share
@@ -68,7 +73,7 @@ func TestSafeShareHoldsBackASlotGrantedAboveIt(t *testing.T) {
 	}
 	time.Sleep(time.Until(lease.Add(10 * time.Millisecond)))
 	sent := make(chan error, 1)
-	go func() { sent <- s.waitLease(t.Context(), nil) }()
+	go func() { sent <- s.waitLease(t.Context(), nil, false) }()
 	select {
 	case <-sent:
 		t.Fatal("a slot above the safe share sent with 3 held on a safe share of 1")
@@ -83,5 +88,39 @@ func TestSafeShareHoldsBackASlotGrantedAboveIt(t *testing.T) {
 	ps[1].Release(nil)
 	if err := <-sent; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A row granted its slot under the lease, held by the rate limit until the
+// lease lapsed (no safe share), says the lease lapsed and why, not the rate
+// limit: CI's serve answered "the rate limit (--rps 0) had no turn" after
+// holding a request 15 s. A FailFast row (serve) ends at once, not at its
+// deadline.
+func TestARowHeldPastItsLeaseSaysItLapsed(t *testing.T) {
+	for _, failFast := range []bool{false, true} {
+		prim := &stub{model: "m"}
+		g := Build(prim, Config{Concurrency: 8, Shared: true, BreakerMinCalls: 1000})
+		g.SetLapse("its database cannot be reached")
+		// One call a second: the second row waits a second for its turn,
+		// past the lease's 200 ms.
+		g.SetShare(4, 1, time.Now().Add(200*time.Millisecond))
+		if _, _, err := classifyRow(g, time.Second); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		start := time.Now()
+		_, err := g.Classify(ctx, &Row{FailFast: failFast}, []string{"it works"})
+		took := time.Since(start)
+		cancel()
+		pe, ok := provider.AsError(err)
+		if !ok || pe.Outcome != outcome.LocalCapacity || !strings.Contains(pe.Msg, "fleet budget (--budget) lapsed: its database cannot be reached") {
+			t.Fatalf("failFast=%t: %v, want local_capacity saying the budget's lease lapsed and why", failFast, err)
+		}
+		if n := prim.calls.Load(); n != 1 {
+			t.Fatalf("failFast=%t: %d calls, want 1 (none once the lease lapsed)", failFast, n)
+		}
+		if failFast && took > 2*time.Second {
+			t.Fatalf("a FailFast row waited %s for a lease that lapsed, want its end once its turn came (about 1 s)", took)
+		}
 	}
 }

@@ -652,6 +652,16 @@ func (s *Slots) Lapse() string {
 	return s.lapse
 }
 
+// LapseMessage is what a row not sent because the outside bound's lease
+// lapsed says, with why as its holder said it (SetLapse).
+func (s *Slots) LapseMessage() string {
+	why := s.Lapse()
+	if why == "" {
+		why = "it could not be renewed"
+	}
+	return "not sent: this process's share of the fleet budget (--budget) lapsed: " + why + "; nothing new is sent until it renews"
+}
+
 // Share is the outside bound now (-1: none) and whether its lease holds.
 func (s *Slots) Share() (n int, held bool) {
 	s.mu.Lock()
@@ -663,7 +673,11 @@ func (s *Slots) Share() (n int, held bool) {
 // lease holds (at once when it does, or when there is none): a slot
 // granted under a lease that passed since (while the call waited for the
 // rate limit, or the process was stopped) must not send.
-func (s *Slots) waitLease(ctx context.Context, stop <-chan struct{}) error {
+//
+// failFast: a row that would wait for a lease to renew ends at once with
+// errNoLease instead (a server answers 503 and Retry-After rather than
+// hold the request until its deadline).
+func (s *Slots) waitLease(ctx context.Context, stop <-chan struct{}, failFast bool) error {
 	// Nearly always the lease holds: said without the lock every grant and
 	// release takes (leaseEnd is atomic; a lease that holds is held whatever
 	// the share).
@@ -674,9 +688,14 @@ func (s *Slots) waitLease(ctx context.Context, stop <-chan struct{}) error {
 		s.mu.Lock()
 		// On the safe share, a slot granted above it under the share waits
 		// until the calls in flight are within it.
-		if n, ok, onSafe := s.bound(); ok && (!onSafe || s.inUse <= n) {
+		n, ok, onSafe := s.bound()
+		if ok && (!onSafe || s.inUse <= n) {
 			s.mu.Unlock()
 			return nil
+		}
+		if !ok && failFast {
+			s.mu.Unlock()
+			return errNoLease
 		}
 		ch := s.renewed
 		s.mu.Unlock()
