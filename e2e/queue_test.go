@@ -362,7 +362,16 @@ func atoi(t *testing.T, s string) int64 {
 // provider saw at most the killed worker's rows in flight twice.
 func TestQueueKill9LosesNothing(t *testing.T) {
 	db := pgtest.URL(t)
-	fake := &fakehf.Fake{Latency: 40 * time.Millisecond}
+	// slow holds every call for seconds once the victim has done 20 rows,
+	// so that it is killed with calls in flight (CI killed it once between
+	// calls, with nothing to rescue); the other workers start after it.
+	var slow atomic.Bool
+	fake := &fakehf.Fake{Latency: 40 * time.Millisecond, Script: func(int64, []string, *http.Request) fakehf.Reply {
+		if slow.Load() {
+			return fakehf.Reply{Delay: 5 * time.Second}
+		}
+		return fakehf.Reply{}
+	}}
 	srv := fakehf.Start(fake)
 	defer srv.Close()
 	dir := t.TempDir()
@@ -371,10 +380,14 @@ func TestQueueKill9LosesNothing(t *testing.T) {
 	mustRun(t, qenv(db), "queue", "push", in, "--batch", "k9", "--global-cap", "8", "--lease", "2s", "--no-progress")
 	victim := startWorker(t, db, "--batch", "k9", "--endpoint", srv.URL, "-c", "4", "--retries", "0")
 	waitDone(t, db, "k9", 20)
+	slow.Store(true)
+	waitUntil(t, "a slow call in flight", func() bool { return fake.InFlight() > 0 })
+	time.Sleep(50 * time.Millisecond) // the fast calls of before end
 	if err := victim.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	victim.wait(t)
+	slow.Store(false)
 	others := []*worker{
 		startWorker(t, db, "--batch", "k9", "--endpoint", srv.URL, "-c", "4", "--retries", "0", "--exit-when-done"),
 		startWorker(t, db, "--batch", "k9", "--endpoint", srv.URL, "-c", "4", "--retries", "0", "--exit-when-done"),
