@@ -21,7 +21,7 @@ import (
 //	GET  {root}/files/{id}/content   the file's bytes (input, output or error)
 //	DELETE {root}/files/{id}         {"id", "object": "file", "deleted": true}
 //	POST {root}/batches              {"input_file_id", "endpoint", "completion_window"}
-//	GET  {root}/batches              the batches, newest first
+//	GET  {root}/batches              a page of the batches, newest first (?limit=, ?after=)
 //	GET  {root}/batches/{id}         the batch object
 //	POST {root}/batches/{id}/cancel  cancelling, then cancelled
 //	POST {root}/chat/completions     live calls, answered by Chat

@@ -540,11 +540,23 @@ func resetString(d time.Duration) string {
 }
 
 func oaiError(w http.ResponseWriter, status int, typ, code, msg string) {
-	var c any
+	oaiParamError(w, status, typ, code, "", msg)
+}
+
+// oaiParamError is oaiError naming the request's param at fault, as
+// OpenAI names it in its 400s ("" : null).
+func oaiParamError(w http.ResponseWriter, status int, typ, code, param, msg string) {
+	var c, p any
 	if code != "" {
 		c = code
 	}
-	b, _ := json.Marshal(map[string]any{"error": map[string]any{"message": msg, "type": typ, "param": nil, "code": c}})
+	if param != "" {
+		p = param
+	}
+	b, _ := json.Marshal(map[string]any{"error": map[string]any{"message": msg, "type": typ, "param": p, "code": c}})
+	if w.Header().Get("Content-Type") == "" {
+		w.Header().Set("Content-Type", "application/json")
+	}
 	w.WriteHeader(status)
 	_, _ = w.Write(b)
 }
