@@ -737,3 +737,44 @@ func TestBatchListPages(t *testing.T) {
 		t.Errorf("after an unknown batch: %d %s", st, body)
 	}
 }
+
+// OpenAI's limits are the fake's by default, so that a client that sends
+// more than OpenAI takes is refused in every test: 50,000 requests a batch
+// and 200 MB a file. MaxRequests < 0 lifts the first.
+func TestBatchOpenAILimitsByDefault(t *testing.T) {
+	_, c := startBatchT(t, &Batch{})
+	in := requests(OpenAIMaxRequests+1, plainText)
+	end, _ := c.pollUntilEnded(c.submit(in).ID, 5)
+	if end.Status != "failed" || end.Errors == nil || end.Errors.Data[0].Code != "too_many_requests" || !strings.Contains(end.Errors.Data[0].Message, "maximum of 50000") {
+		t.Fatalf("%d requests: %+v", OpenAIMaxRequests+1, end)
+	}
+	_, c = startBatchT(t, &Batch{MaxRequests: -1, Steps: 3})
+	b := c.submit(in)
+	for range 3 {
+		b = c.get(b.ID)
+	}
+	if b.Status != "in_progress" || b.RequestCounts.Total != OpenAIMaxRequests+1 {
+		t.Fatalf("MaxRequests -1: %+v", b)
+	}
+
+	// One byte over 200 MB, streamed: never held in memory here.
+	pr, pw := io.Pipe()
+	mw := multipart.NewWriter(pw)
+	go func() {
+		_ = mw.WriteField("purpose", "batch")
+		fw, _ := mw.CreateFormFile("file", "big.jsonl")
+		line := append(bytes.Repeat([]byte("x"), 999), '\n')
+		for range OpenAIMaxFileBytes / len(line) {
+			if _, err := fw.Write(line); err != nil {
+				pw.CloseWithError(err)
+				return
+			}
+		}
+		_, _ = fw.Write([]byte("x"))
+		pw.CloseWithError(mw.Close())
+	}()
+	st, body := c.do("POST", "/files", mw.FormDataContentType(), pr)
+	if st != 400 || !strings.Contains(string(body), "File is too large.") {
+		t.Fatalf("%d bytes: %d %s", OpenAIMaxFileBytes+1, st, body)
+	}
+}
