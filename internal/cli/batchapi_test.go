@@ -516,3 +516,46 @@ func TestBatchResumeAdoptsBatchOnALaterPage(t *testing.T) {
 		}
 	}
 }
+
+// --batch-max-requests or --batch-max-bytes raised above OpenAI's limits
+// while the endpoint is OpenAI's is warned of, once, before any call (a
+// dry run makes none); not at OpenAI's limits, nor for another server.
+func TestBatchWarnsOverOpenAILimits(t *testing.T) {
+	f := &fakehf.Batch{Token: batchKey}
+	srv := fakehf.StartBatch(f)
+	defer srv.Close()
+	defer f.Close()
+	in := writeFile(t, "in.csv", manyRows(3, func(i int) string { return fmt.Sprintf("lovely %d", i) }))
+	const warning = "OpenAI refuses a batch input file over 200 MB"
+	openAI := []string{"--endpoint", "https://api.openai.com/v1/chat/completions", "--model", "gpt-4o-mini"}
+	for _, c := range []struct {
+		name  string
+		args  []string
+		warns []string // the flags the warning names; none: no warning
+	}{
+		{"both over", append([]string{"--batch-max-requests", "50001", "--batch-max-bytes", "300MiB"}, openAI...), []string{"batch_max_requests=50001", "batch_max_bytes=314572800"}},
+		{"bytes over", append([]string{"--batch-max-bytes", "200000001"}, openAI...), []string{"batch_max_bytes=200000001"}},
+		{"at the limits", append([]string{"--batch-max-requests", "50000", "--batch-max-bytes", "200000000"}, openAI...), nil},
+		{"defaults", openAI, nil},
+		{"another server", []string{"--batch-max-requests", "90000", "--batch-max-bytes", "1GiB"}, nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			args := append(append([]string{"classify", in, "--dry-run", "--batch-api", "--token-env", "OPENAI_API_KEY", "--no-cache"}, chatArgs(srv.URL)...), c.args...)
+			r := runMain(t, map[string]string{"OPENAI_API_KEY": batchKey}, "", args...)
+			if r.code != 0 {
+				t.Fatalf("exit %d: %s", r.code, r.stderr)
+			}
+			if n := strings.Count(r.stderr, warning); n != min(len(c.warns), 1) {
+				t.Fatalf("the warning %d times; want %d: %s", n, min(len(c.warns), 1), r.stderr)
+			}
+			for _, w := range c.warns {
+				if !strings.Contains(r.stderr, w) {
+					t.Errorf("the warning does not name %s: %s", w, r.stderr)
+				}
+			}
+		})
+	}
+	if c := f.Counts(); c.Uploads+c.Creates+c.Live != 0 {
+		t.Errorf("a dry run sent something: %+v", c)
+	}
+}
