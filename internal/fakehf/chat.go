@@ -7,6 +7,7 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -338,9 +339,10 @@ func isReasoning(model string) bool {
 func (c *Chat) magicError(w http.ResponseWriter, req ChatRequest, text string) bool {
 	switch {
 	case isReasoning(req.Model) && req.MaxTokens != nil:
-		oaiError(w, 400, "invalid_request_error", "unsupported_parameter", "Unsupported parameter: 'max_tokens' is not supported with this model. Use 'max_completion_tokens' instead.")
+		oaiParamError(w, 400, "invalid_request_error", "unsupported_parameter", "max_tokens", "Unsupported parameter: 'max_tokens' is not supported with this model. Use 'max_completion_tokens' instead.")
 	case isReasoning(req.Model) && req.Temperature != nil && *req.Temperature != 1:
-		oaiError(w, 400, "invalid_request_error", "unsupported_value", "Unsupported value: 'temperature' does not support 0 with this model. Only the default (1) value is supported.")
+		oaiParamError(w, 400, "invalid_request_error", "unsupported_value", "temperature", "Unsupported value: 'temperature' does not support "+
+			strconv.FormatFloat(*req.Temperature, 'g', -1, 64)+" with this model. Only the default (1) value is supported.")
 	case strings.Contains(text, "#429#") && c.first(text):
 		w.Header().Set("X-Ratelimit-Remaining-Requests", "0")
 		w.Header().Set("X-Ratelimit-Reset-Requests", "20ms")
