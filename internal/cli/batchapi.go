@@ -92,6 +92,28 @@ func (o *batchOptions) validate(c *classifyOptions) error {
 	return err
 }
 
+// warnOverOpenAI warns, once and before any call, when --batch-max-requests
+// or --batch-max-bytes is raised above OpenAI's limits while the endpoint
+// is OpenAI's: it refuses such a file, or fails such a batch at
+// validation, so the run would pay for nothing and end with every row
+// failed.
+func (o *batchOptions) warnOverOpenAI(endpoint string, log *slog.Logger) {
+	if !o.api || !provider.IsOpenAI(endpoint) {
+		return
+	}
+	var over []any
+	if o.maxRequests > batchrun.DefaultMaxRequests {
+		over = append(over, "batch_max_requests", o.maxRequests)
+	}
+	if o.maxBytes.n > batchrun.DefaultMaxBytes {
+		over = append(over, "batch_max_bytes", o.maxBytes.n)
+	}
+	if len(over) > 0 {
+		log.Warn(fmt.Sprintf("OpenAI refuses a batch input file over 200 MB (%d bytes) or %d requests: a file or batch over it fails; "+
+			"lower --batch-max-bytes or --batch-max-requests to those limits", batchrun.DefaultMaxBytes, batchrun.DefaultMaxRequests), over...)
+	}
+}
+
 // batchRoot is the API root of a chat endpoint: the endpoint with its
 // trailing /chat/completions removed.
 func batchRoot(endpoint string) (string, error) {

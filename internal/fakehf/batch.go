@@ -21,7 +21,7 @@ import (
 //	GET  {root}/files/{id}/content   the file's bytes (input, output or error)
 //	DELETE {root}/files/{id}         {"id", "object": "file", "deleted": true}
 //	POST {root}/batches              {"input_file_id", "endpoint", "completion_window"}
-//	GET  {root}/batches              the batches, newest first
+//	GET  {root}/batches              a page of the batches, newest first (?limit=, ?after=)
 //	GET  {root}/batches/{id}         the batch object
 //	POST {root}/batches/{id}/cancel  cancelling, then cancelled
 //	POST {root}/chat/completions     live calls, answered by Chat
@@ -93,15 +93,18 @@ type Batch struct {
 	// Garble, when it says ok, writes line raw into the output file in
 	// place of that line's answer (malformed JSON, a custom_id never sent).
 	Garble func(customID string) (line []byte, ok bool)
-	// MaxFileBytes > 0: an upload larger is refused 400 "File is too
-	// large." as OpenAI does (its limit for batch input is 200 MB).
+	// MaxFileBytes: an upload larger is refused 400 "File is too large."
+	// as OpenAI does. 0 is OpenAI's limit for a batch's input,
+	// OpenAIMaxFileBytes; < 0 is none (a test or bench that sends more
+	// says so).
 	MaxFileBytes int64
 	// RefuseChunked answers an upload sent without a Content-Length
 	// (chunked) 400, as an API or a proxy that takes no chunked multipart
 	// would.
 	RefuseChunked bool
-	// MaxRequests > 0: a batch of more lines fails validation with
-	// errors.data[0].code "too_many_requests" (OpenAI's limit is 50,000).
+	// MaxRequests: a batch of more lines fails validation with
+	// errors.data[0].code "too_many_requests". 0 is OpenAI's limit,
+	// OpenAIMaxRequests; < 0 is none.
 	MaxRequests int
 	// Token, when set, is the only bearer token accepted on every route
 	// (401 invalid_api_key otherwise, echoing the key it was sent, as some
@@ -144,6 +147,14 @@ type Batch struct {
 
 	uploads, creates, polls, downloads, cancels, live, lines atomic.Int64
 }
+
+// OpenAI's limits on one batch, the fake's by default: its input file's
+// size (200 MB, counted as hfsent counts it, batchrun.DefaultMaxBytes; if
+// OpenAI means MiB the fake is the stricter) and its requests.
+const (
+	OpenAIMaxFileBytes = 200_000_000
+	OpenAIMaxRequests  = 50_000
+)
 
 // BatchCounts is what a Batch was asked to do: uploads, creates, polls (GET
 // of one batch), downloads (file content), cancels, live chat calls, and
@@ -286,6 +297,23 @@ func (b *Batch) id(prefix string) string {
 }
 
 func (b *Batch) steps() int { return max(1, b.Steps) }
+
+// maxFileBytes is the largest upload taken (0: no limit).
+func (b *Batch) maxFileBytes() int64 { return limitOr(b.MaxFileBytes, OpenAIMaxFileBytes) }
+
+// maxRequests is the most lines a batch takes (0: no limit).
+func (b *Batch) maxRequests() int { return int(limitOr(int64(b.MaxRequests), OpenAIMaxRequests)) }
+
+// limitOr is a limit field's value: 0 is OpenAI's, < 0 none (0).
+func limitOr(set, openAI int64) int64 {
+	switch {
+	case set == 0:
+		return openAI
+	case set < 0:
+		return 0
+	}
+	return set
+}
 
 // writeJSON answers v as JSON with the status.
 func writeJSON(w http.ResponseWriter, status int, v any) {
