@@ -87,10 +87,21 @@ func NewMetrics(counters *resilience.Counters) *Metrics {
 		counter("hfsent_fallback_calls_total", "Calls sent to --fallback-model.", c.FallbackCalls.Load),
 		counter("hfsent_provider_prompt_tokens_total", "Prompt tokens the provider reported (usage of chat calls, failed ones too).", c.PromptTokens.Load),
 		counter("hfsent_provider_completion_tokens_total", "Completion tokens the provider reported (usage of chat calls, failed ones too).", c.CompletionTokens.Load),
+		learntGauge(c),
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
 	return m
+}
+
+// learntGauge shows the token rate the guard learnt from the provider's
+// 429s that its rate-limit headers did not explain (0: nothing learnt):
+// the rate its calls are paced by, which a provider's dashboard does not
+// show.
+func learntGauge(c *resilience.Counters) prometheus.Collector {
+	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "hfsent_learnt_tokens_per_minute",
+		Help: "Tokens a minute the provider was learnt to allow from its 429s that no rate-limit header explained, which calls are paced by now (0: nothing learnt)."},
+		func() float64 { return float64(c.LearntTokensPerMinute()) })
 }
 
 // watch registers the gauges that read the server's state.
