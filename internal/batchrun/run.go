@@ -14,6 +14,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"time"
@@ -312,8 +313,8 @@ func (r *Runner) Finished(ctx context.Context) error {
 			return nil
 		}
 	}
-	if err := os.Remove(r.cfg.Journal); err != nil {
-		return err
+	if err := os.Remove(r.cfg.Journal); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err // kept: a --resume may still read the batches' files
 	}
 	r.tidy(ctx)
 	return nil
