@@ -68,6 +68,10 @@ starts one the moment a call of its own ends, in that call's place: the
 round trip that writes the finished row makes the reserved one running in
 the same transaction, so the caps hold and no place waits for the database.
 
+With --metrics-addr HOST:PORT it serves Prometheus metrics at /metrics
+while it runs: its provider calls, 429s, tokens and learnt token rate, under
+serve's names, and its claims and rows.
+
 SIGINT or SIGTERM: no new claims, calls in flight finish and are written,
 rows claimed or reserved but not started are given back, exit 130.
 
