@@ -227,3 +227,64 @@ func otherBatches(t *testing.T, url string, n int) {
 		}
 	}
 }
+
+// A kill after the first of two batches was collected and its input file
+// deleted at the provider, while the second is still being asked: --resume
+// reads the first batch's output file again (kept until the results are
+// written), does not mind its input file being gone, creates no batch,
+// and once the results are written no file is left at the provider.
+func TestBatchKilledAfterADeleteResumes(t *testing.T) {
+	f := &fakehf.Batch{Token: batchKey}
+	defer f.Close()
+	// Once the first run has deleted a file, it is killed at its next
+	// request other than a delete (held, never answered): after the first
+	// batch was collected, while the second is being asked.
+	var deleted, killed atomic.Bool
+	release := make(chan struct{})
+	h := f.Handler()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if deleted.Load() && !killed.Load() && r.Method != http.MethodDelete {
+			select {
+			case <-r.Context().Done():
+			case <-release:
+			}
+			return
+		}
+		h.ServeHTTP(w, r)
+		if r.Method == http.MethodDelete {
+			deleted.Store(true)
+		}
+	}))
+	defer srv.Close()
+	defer close(release) // before srv.Close: a held request ends
+	dir := t.TempDir()
+	in := writeInput(t, dir, 20, uniqText)
+	out := filepath.Join(dir, "out.csv")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	_, stop := startBatch(t, ctx, batchArgs(srv.URL, in, out, "--batch-max-requests", "10"), out+".hfsent-batches.jsonl")
+	deadline := time.Now().Add(20 * time.Second)
+	for !deleted.Load() {
+		if time.Now().After(deadline) {
+			t.Fatal("the run deleted no file")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	time.Sleep(50 * time.Millisecond) // any other delete it makes before its next request
+	stop(syscall.SIGKILL)
+	killed.Store(true)
+	if c := f.Counts(); c.Deletes != 1 || c.Creates != 2 {
+		t.Fatalf("counts at the kill %+v: want 2 batches, only the first batch's input file deleted", c)
+	}
+	code, e := resumeBatch(t, srv.URL, in, out)
+	if code != 0 {
+		t.Fatalf("--resume exit %d:\n%s", code, e)
+	}
+	checkComplete(t, readResults(t, out), 20)
+	if c := f.Counts(); c.Creates != 2 || c.Uploads != 2 || c.Lines != 20 {
+		t.Fatalf("counts %+v: want 2 uploads, 2 batches, 20 lines: nothing submitted twice", c)
+	}
+	if files := f.Files(); len(files) != 0 {
+		t.Fatalf("files left at the provider: %v", files)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -145,7 +146,7 @@ type Batch struct {
 	fmu   sync.Mutex // files; a leaf lock
 	files map[string]*batchFile
 
-	uploads, creates, polls, downloads, cancels, live, lines atomic.Int64
+	uploads, creates, polls, downloads, cancels, live, lines, deletes atomic.Int64
 }
 
 // OpenAI's limits on one batch, the fake's by default: its input file's
@@ -157,12 +158,13 @@ const (
 )
 
 // BatchCounts is what a Batch was asked to do: uploads, creates, polls (GET
-// of one batch), downloads (file content), cancels, live chat calls, and
-// the request lines its batches answered; PeakEnqueued is the most tokens
-// (BatchTokens) its accepted, unended batches held at once.
+// of one batch), downloads (file content), cancels, live chat calls, the
+// request lines its batches answered, and files deleted (a DELETE of a
+// file it held); PeakEnqueued is the most tokens (BatchTokens) its
+// accepted, unended batches held at once.
 type BatchCounts struct {
-	Uploads, Creates, Polls, Downloads, Cancels, Live, Lines int64
-	PeakEnqueued                                             int64
+	Uploads, Creates, Polls, Downloads, Cancels, Live, Lines, Deletes int64
+	PeakEnqueued                                                      int64
 }
 
 // BatchInfo is one batch as the fake sees it. EndedAt - CreatedAt is the
@@ -220,7 +222,20 @@ func (b *Batch) Counts() BatchCounts {
 	peak := int64(b.peakEnqueued)
 	b.mu.Unlock()
 	return BatchCounts{PeakEnqueued: peak, Uploads: b.uploads.Load(), Creates: b.creates.Load(), Polls: b.polls.Load(),
-		Downloads: b.downloads.Load(), Cancels: b.cancels.Load(), Live: b.live.Load(), Lines: b.lines.Load()}
+		Downloads: b.downloads.Load(), Cancels: b.cancels.Load(), Live: b.live.Load(), Lines: b.lines.Load(), Deletes: b.deletes.Load()}
+}
+
+// Files are the ids of the files b holds now (uploaded, and the batches'
+// output and error files), not deleted, sorted.
+func (b *Batch) Files() []string {
+	b.fmu.Lock()
+	defer b.fmu.Unlock()
+	ids := make([]string, 0, len(b.files))
+	for id := range b.files {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return ids
 }
 
 // Snapshot is every batch in creation order. It is not a poll: it moves

@@ -155,6 +155,7 @@ func (b *Batch) deleteFile(w http.ResponseWriter, r *http.Request) {
 		invalid(w, 404, "", "No such File object: "+id)
 		return
 	}
+	b.deletes.Add(1)
 	writeJSON(w, 200, map[string]any{"id": id, "object": "file", "deleted": true})
 }
 
