@@ -115,9 +115,17 @@ type Hit struct {
 // an answer. A store that fails makes every key a miss, now and for the
 // rest of the run.
 func (c *Cache) Lookup(ctx context.Context, keys []Key) []Hit {
+	hits := c.Peek(ctx, keys)
+	c.Count(hits)
+	return hits
+}
+
+// Peek is Lookup without counting the hits and misses: for a lookup made
+// ahead of the rows it is for (engine.Pipeline.Prefetch), some of which
+// may never be answered; Count counts those that are.
+func (c *Cache) Peek(ctx context.Context, keys []Key) []Hit {
 	hits := make([]Hit, len(keys))
 	if c.off.Load() || len(keys) == 0 {
-		c.misses.Add(int64(len(keys)))
 		return hits
 	}
 	ask := keys
@@ -130,30 +138,25 @@ func (c *Cache) Lookup(ctx context.Context, keys []Key) []Hit {
 		}
 	}
 	if len(ask) == 0 {
-		c.misses.Add(int64(len(keys)))
 		return hits
 	}
 	got, err := c.store.Get(ctx, ask)
 	if err != nil {
 		c.fail("read", err)
-		c.misses.Add(int64(len(keys)))
 		return hits
 	}
 	byKey := make(map[Key]Stored, len(got))
 	for _, s := range got {
 		byKey[s.Key] = s
 	}
-	var saved Totals
 	for i, k := range keys {
 		s, ok := byKey[k]
 		if !ok {
-			c.misses.Add(1)
 			continue
 		}
 		e, ok := s.open(k)
 		if !ok {
 			c.damaged.Add(1)
-			c.misses.Add(1)
 			select {
 			case c.bad <- k:
 			default:
@@ -161,15 +164,29 @@ func (c *Cache) Lookup(ctx context.Context, keys []Key) []Hit {
 			continue
 		}
 		hits[i] = Hit{Entry: e, Found: true}
+	}
+	return hits
+}
+
+// Count counts hits (found or not) as the run's hits and misses, with
+// what the hits saved.
+func (c *Cache) Count(hits []Hit) {
+	var saved Totals
+	for _, h := range hits {
+		if !h.Found {
+			c.misses.Add(1)
+			continue
+		}
 		saved.Hits++
-		if e.Usage.Known {
+		if e := h.Entry; e.Usage.Known {
 			saved.SavedPrompt += int64(e.Usage.Prompt)
 			saved.SavedCompletion += int64(e.Usage.Completion)
 		}
 	}
 	c.hits.Add(saved.Hits)
-	c.addSaved(saved)
-	return hits
+	if saved.Hits > 0 {
+		c.addSaved(saved)
+	}
 }
 
 // Saved adds what a hit saved in USD (the engine prices it).

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"time"
 
 	"github.com/hfsent/hfsent/internal/cache"
 	"github.com/hfsent/hfsent/internal/outcome"
@@ -98,15 +99,31 @@ more:
 	return j
 }
 
-// lookup finds the cache entries of jobs' requests.
+// lookup finds the cache entries of jobs' requests: those prefetched
+// fresh (Prefetch) without asking the store.
 func (p *Pipeline) lookup(jobs []*Job) {
 	keys := make([]cache.Key, 0, len(jobs))
 	idx := make([]int, 0, len(jobs))
+	var took []cache.Hit
+	now := time.Now()
 	for i, j := range jobs {
-		if j.cache.keyed {
-			keys = append(keys, j.cache.key)
-			idx = append(idx, i)
+		if !j.cache.keyed {
+			continue
 		}
+		if h, ok := p.pre.take(j.cache.key, now); ok {
+			took = append(took, h)
+			if h.Found {
+				e := h.Entry
+				j.cache.hit = &e
+			}
+			continue
+		}
+		keys = append(keys, j.cache.key)
+		idx = append(idx, i)
+	}
+	p.cfg.Cache.Count(took)
+	if len(keys) == 0 {
+		return
 	}
 	for n, h := range p.cfg.Cache.Lookup(context.Background(), keys) {
 		if h.Found {

@@ -41,6 +41,7 @@ type Pipeline struct {
 	// other goroutines.
 	ahead  []*Job
 	aheadN atomic.Int64
+	pre    prefetch // lookups made ahead of submission (Prefetch)
 	// admitCtx ends when admission must stop, for any reason; its Done is
 	// also the signal that no call not yet sent may be sent.
 	admitCtx  context.Context
@@ -320,6 +321,9 @@ func (p *Pipeline) Close() {
 	<-p.admitter
 	p.SourceIdle()
 	p.jobs.Wait()
+	// A prefetch still on its way would read the cache once the caller
+	// closed it.
+	p.pre.busy.Wait()
 	p.graceCancel()
 	p.stopCalls()
 	p.stopAdmit(errStop{StopNone}) // no-op when it stopped earlier, for a reason

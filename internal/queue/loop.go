@@ -36,6 +36,9 @@ type pipeline interface {
 	StopReason() engine.StopReason
 	Stopped() <-chan struct{}
 	SourceIdle()
+	// Prefetch looks up in the response cache, in the background, rows to
+	// be submitted soon (reservations), so that admission need not.
+	Prefetch(texts []string)
 }
 
 // guard is what the loop uses of resilience.Guard: whether it holds calls
@@ -531,9 +534,11 @@ func (l *loop) tripDone(c cycleDone, back []Claimed) []Claimed {
 		}
 	}
 	running := l.w.hold(c.in.Release, c.out.Claimed, c.at)
+	var texts []string // the reservations': looked up while they wait
 	for _, cl := range c.out.Claimed {
 		if cl.Reserved {
 			l.reserve = append(l.reserve, cl)
+			texts = append(texts, cl.Text)
 			continue
 		}
 		for i, b := range back {
@@ -544,6 +549,7 @@ func (l *loop) tripDone(c cycleDone, back []Claimed) []Claimed {
 		}
 		l.submit(cl, now, l.w.leaseOf(cl.Seq))
 	}
+	l.p.Prefetch(texts)
 	l.claimed(c.in, c.out, running)
 	return back
 }

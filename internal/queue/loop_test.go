@@ -79,12 +79,13 @@ type fakePipeline struct {
 	jobs    chan *engine.Job
 	stopped chan struct{}
 
-	mu        sync.Mutex
-	submitted []*engine.Job
-	stops     int
-	reason    engine.StopReason
-	aborted   bool
-	idle      int // times told no row is coming for now
+	mu         sync.Mutex
+	submitted  []*engine.Job
+	stops      int
+	reason     engine.StopReason
+	aborted    bool
+	idle       int      // times told no row is coming for now
+	prefetched []string // texts the loop asked to look up ahead
 }
 
 func newFakePipeline() *fakePipeline {
@@ -144,6 +145,13 @@ func (p *fakePipeline) SourceIdle() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.idle++
+}
+
+// Prefetch records the texts the loop asked to look up ahead.
+func (p *fakePipeline) Prefetch(texts []string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.prefetched = append(p.prefetched, texts...)
 }
 
 // idled is how many times the pipeline was told no row is coming for now.
