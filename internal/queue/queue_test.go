@@ -759,7 +759,7 @@ func TestReservationExpires(t *testing.T) {
 	}
 }
 
-// A worker reserves as many rows as its calls finish in four round trips,
+// A worker reserves as many rows as its calls finish in eight round trips,
 // at least one and at most its capacity; none where the batch does not
 // reserve or its calls are about as fast as a round trip.
 func TestReserveTarget(t *testing.T) {
@@ -772,7 +772,8 @@ func TestReserveTarget(t *testing.T) {
 		about string
 	}{
 		{one, pace{}, 1, "nothing measured yet"},
-		{one, pace{rowMs: 20, tripMs: 3}, 10, "20 ms calls, 3 ms round trips, 16 places"},
+		{one, pace{rowMs: 20, tripMs: 3}, 16, "20 ms calls, 3 ms round trips, 16 places"},
+		{one, pace{rowMs: 40, tripMs: 3}, 10, "40 ms calls, 3 ms round trips, 16 places"},
 		{one, pace{rowMs: 1000, tripMs: 3}, 1, "calls far slower than the database"},
 		{one, pace{rowMs: 2, tripMs: 0.9}, 16, "at most the capacity"},
 		{one, pace{rowMs: 1, tripMs: 3}, 0, "calls faster than a round trip"},

@@ -177,8 +177,13 @@ func ewma(avg *float64, ms float64) {
 
 // reserveTarget is how many rows the worker keeps reserved (0 where the
 // batch does not reserve, or its calls take less than two round trips): as
-// many as its calls end in four round trips (a refill asked for may wait
-// for the round trip on its way), at least one, at most its capacity. With
+// many as its calls end in eight round trips, at least one, at most its
+// capacity. A refill asked for may wait for the round trip on its way, and
+// round trips vary far more than their mean (a claim waits for the batch
+// row behind other workers' claims): with four, in
+// bench/queue_vs_classify.sh, 11-12% of a worker's finished rows found its
+// reserve empty and waited for a round trip to be replaced, with eight 1-3%
+// (issue 31, item 3). With
 // calls much slower than the database that is one row, so the tail of a
 // batch is not left reserved by a worker whose slots are busy while
 // another's are free.
@@ -194,7 +199,7 @@ func (w *Worker) reserveTarget(p pace) int {
 		// bottleneck, and a reservation only adds a write to each row.
 		return 0
 	}
-	n := math.Ceil(4 * float64(w.cfg.Capacity) * p.tripMs / p.rowMs)
+	n := math.Ceil(8 * float64(w.cfg.Capacity) * p.tripMs / p.rowMs)
 	return int(min(max(n, 1), float64(w.cfg.Capacity)))
 }
 
