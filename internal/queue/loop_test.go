@@ -435,6 +435,28 @@ func TestLoopWaitsAfterAnEmptyClaim(t *testing.T) {
 	}
 }
 
+// The rows a round trip reserves are looked up in the response cache
+// while they wait (Prefetch), so that, started one at a time in finished
+// rows' places, they do not wait for a lookup each; the rows it claims
+// running are submitted at once, and looked up as they are admitted.
+func TestLoopPrefetchesItsReservations(t *testing.T) {
+	r := startLoop(t, WorkerConfig{Capacity: 1}, &fakeStore{reserves: true}, nil)
+	tr := r.trip()
+	tr.answer(CycleOut{Claimed: []Claimed{{Seq: 1, Attempt: 1, RequestID: "r1", Text: "running"},
+		{Seq: 2, Attempt: 1, RequestID: "r2", Text: "reserved", Reserved: true}}}, nil)
+	r.job()
+	var got []string
+	// Asked once the running rows are submitted.
+	for deadline := time.Now().Add(5 * time.Second); len(got) == 0 && time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		r.p.mu.Lock()
+		got = append([]string(nil), r.p.prefetched...)
+		r.p.mu.Unlock()
+	}
+	if len(got) != 1 || got[0] != "reserved" {
+		t.Fatalf("prefetched %q; want the reservation's text alone", got)
+	}
+}
+
 // In a batch that reserves, a row that finishes starts one of the worker's
 // reservations in its place at once; the round trip that writes the row
 // makes the reservation running (Promote). A row started that way swaps in
