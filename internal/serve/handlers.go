@@ -39,6 +39,43 @@ type feedbackResponse struct {
 	RawScore *float64 `json:"raw_score,omitempty"`
 	Review   *bool    `json:"review,omitempty"`
 	Stage    *int     `json:"stage,omitempty"`
+	// With --top-k or --multi-label, the labels the answer scored (the
+	// results' scores column); for a chat model, the part of the prompt
+	// the server read from its prompt cache (cached_prompt_tokens).
+	Scores             []labelScore `json:"scores,omitempty"`
+	CachedPromptTokens *int         `json:"cached_prompt_tokens,omitempty"`
+}
+
+// labelScore is one pair of the results' scores column as JSON: the score
+// rounded as score is, null when the answer gave the label none.
+type labelScore struct {
+	Label string   `json:"label"`
+	Score *float64 `json:"score"`
+}
+
+// columns fills what the run's later results columns add to an answer:
+// scores (--top-k, --multi-label: the first --top-k of them, as the CSV
+// writes) and cached_prompt_tokens (a chat model's, when it reported
+// usage).
+func (s *Server) columns(r results.Row, scores *[]labelScore, cached **int) {
+	if s.cfg.Extra.Scores {
+		list := r.Scores
+		if k := s.cfg.Extra.TopK; k > 0 && len(list) > k {
+			list = list[:k]
+		}
+		for _, ls := range list {
+			v := labelScore{Label: ls.Label}
+			if !math.IsNaN(ls.Score) {
+				sc := results.RoundScore(ls.Score)
+				v.Score = &sc
+			}
+			*scores = append(*scores, v)
+		}
+	}
+	if s.cfg.Extra.CachedTokens && r.Tokens {
+		v := r.CachedPromptTokens
+		*cached = &v
+	}
 }
 
 // quality fills what --calibration, --review-below and --cascade add to an
@@ -88,6 +125,9 @@ type itemResult struct {
 	RawScore   *float64 `json:"raw_score,omitempty"`
 	Review     *bool    `json:"review,omitempty"`
 	Stage      *int     `json:"stage,omitempty"`
+	// As feedbackResponse's.
+	Scores             []labelScore `json:"scores,omitempty"`
+	CachedPromptTokens *int         `json:"cached_prompt_tokens,omitempty"`
 }
 
 // feedback answers POST /feedback-sentiment.
@@ -120,6 +160,7 @@ func (s *Server) feedback(x *exchange) {
 	x.code = string(res.Outcome)
 	resp := feedbackResponse{RequestID: req.RequestID, Label: res.Label, Score: score(res), Model: res.Model}
 	s.quality(res, &resp.RawScore, &resp.Review, &resp.Stage)
+	s.columns(res, &resp.Scores, &resp.CachedPromptTokens)
 	x.json(http.StatusOK, resp)
 }
 
@@ -208,6 +249,7 @@ func (s *Server) classifyItems(x *exchange) {
 func (s *Server) item(r results.Row) itemResult {
 	it := itemResult{RequestID: r.RequestID, Status: r.Status(), Outcome: string(r.Outcome), Attempts: r.Attempts}
 	s.quality(r, &it.RawScore, &it.Review, &it.Stage)
+	s.columns(r, &it.Scores, &it.CachedPromptTokens)
 	if r.Label != "" {
 		l := r.Label
 		it.Label, it.Score = &l, score(r)
