@@ -42,35 +42,17 @@ type feedbackResponse struct {
 	// With --top-k or --multi-label, the labels the answer scored (the
 	// results' scores column); for a chat model, the part of the prompt
 	// the server read from its prompt cache (cached_prompt_tokens).
-	Scores             []labelScore `json:"scores,omitempty"`
-	CachedPromptTokens *int         `json:"cached_prompt_tokens,omitempty"`
-}
-
-// labelScore is one pair of the results' scores column as JSON: the score
-// rounded as score is, null when the answer gave the label none.
-type labelScore struct {
-	Label string   `json:"label"`
-	Score *float64 `json:"score"`
+	Scores             []results.JSONScore `json:"scores,omitempty"`
+	CachedPromptTokens *int                `json:"cached_prompt_tokens,omitempty"`
 }
 
 // columns fills what the run's later results columns add to an answer:
 // scores (--top-k, --multi-label: the first --top-k of them, as the CSV
 // writes) and cached_prompt_tokens (a chat model's, when it reported
 // usage).
-func (s *Server) columns(r results.Row, scores *[]labelScore, cached **int) {
+func (s *Server) columns(r results.Row, scores *[]results.JSONScore, cached **int) {
 	if s.cfg.Extra.Scores {
-		list := r.Scores
-		if k := s.cfg.Extra.TopK; k > 0 && len(list) > k {
-			list = list[:k]
-		}
-		for _, ls := range list {
-			v := labelScore{Label: ls.Label}
-			if !math.IsNaN(ls.Score) {
-				sc := results.RoundScore(ls.Score)
-				v.Score = &sc
-			}
-			*scores = append(*scores, v)
-		}
+		*scores = results.JSONScores(r.Scores, s.cfg.Extra.TopK)
 	}
 	if s.cfg.Extra.CachedTokens && r.Tokens {
 		v := r.CachedPromptTokens
@@ -126,8 +108,8 @@ type itemResult struct {
 	Review     *bool    `json:"review,omitempty"`
 	Stage      *int     `json:"stage,omitempty"`
 	// As feedbackResponse's.
-	Scores             []labelScore `json:"scores,omitempty"`
-	CachedPromptTokens *int         `json:"cached_prompt_tokens,omitempty"`
+	Scores             []results.JSONScore `json:"scores,omitempty"`
+	CachedPromptTokens *int                `json:"cached_prompt_tokens,omitempty"`
 }
 
 // feedback answers POST /feedback-sentiment.
