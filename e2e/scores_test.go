@@ -1,9 +1,13 @@
 package e2e
 
 import (
+	"bytes"
 	"encoding/csv"
+	"encoding/json"
+	"net/http"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -87,5 +91,44 @@ func TestQueueExportsScores(t *testing.T) {
 	}
 	if strings.Contains(w.stderr.String(), "hf_x") {
 		t.Errorf("the token reached the log")
+	}
+}
+
+// serve --top-k 2 with a label file answers each text's two best labels as
+// a list of {label, score}, and the part of its prompt the server read
+// from its prompt cache, in /v1/classify's items and /feedback-sentiment's
+// answer.
+func TestServeAnswersScores(t *testing.T) {
+	f := &fakehf.Chat{CacheMin: 16}
+	srv := fakehf.StartChat(f)
+	defer srv.Close()
+	labels := filepath.Join(t.TempDir(), "labels.yaml")
+	if err := os.WriteFile(labels, []byte(labelFile), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := startServe(t, "--provider", "chat", "--model", "meta-llama/Llama-3.1-8B-Instruct",
+		"--endpoint", srv.URL+"/v1/chat/completions", "--labels-file", labels, "--top-k", "2", "--no-dedupe")
+	want := []any{map[string]any{"label": "negative", "score": 0.9184}, map[string]any{"label": "positive", "score": 0.0816}}
+	first := s.feedback("a", "what a terrible wait")
+	if first.status != 200 || !reflect.DeepEqual(first.body["scores"], want) || first.body["cached_prompt_tokens"] != 0.0 {
+		t.Fatalf("feedback: %d %v", first.status, first.body)
+	}
+	body, _ := json.Marshal(map[string]any{"items": []map[string]string{{"request_id": "1", "text": "a terrible day"}}})
+	resp, err := http.Post("http://"+s.addr+"/v1/classify", "application/json", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var items struct {
+		Results []map[string]any `json:"results"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&items); err != nil || len(items.Results) != 1 {
+		t.Fatalf("items: %v %v", items, err)
+	}
+	// The second call's system message was sent before: the fake's prompt
+	// cache holds it.
+	it := items.Results[0]
+	if !reflect.DeepEqual(it["scores"], want) || it["cached_prompt_tokens"] == nil || it["cached_prompt_tokens"].(float64) < 16 {
+		t.Fatalf("item: %v", it)
 	}
 }
