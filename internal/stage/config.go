@@ -68,6 +68,7 @@ type Config struct {
 	MultiLabel          bool    // multi-label
 	LabelThreshold      float64 // label-threshold
 	TopK                int     // top-k
+	HypothesisTemplate  string  // hypothesis-template
 
 	Budget Budget
 

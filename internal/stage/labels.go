@@ -76,9 +76,19 @@ func (c *Config) System() string { return c.system }
 // rendered (System), a zero-shot model its descriptions as hypotheses.
 func (c *Config) readLabelSet(kind provider.Kind) error {
 	fileGiven, exGiven := c.LabelsFile != "", c.Examples != ""
+	if err := c.checkHypothesisTemplate(kind); err != nil {
+		return err
+	}
 	switch {
 	case c.given("examples-per-label") && !exGiven:
 		return errors.New("--examples-per-label needs --examples FILE.csv: the examples to choose from")
+	case !fileGiven && !exGiven && c.HypothesisTemplate != "" && kind.Remote:
+		// --labels alone, put in the template.
+		set, err := labelset.FromNames(c.labels)
+		if err != nil {
+			return err
+		}
+		return c.zeroShot(set)
 	case !fileGiven && !exGiven:
 		return nil
 	case fileGiven && c.given("labels"):
@@ -109,13 +119,49 @@ func (c *Config) readLabelSet(kind provider.Kind) error {
 		c.system = set.System(c.instruction())
 		return nil
 	}
-	z, err := set.ZeroShot("")
+	return c.zeroShot(set)
+}
+
+// zeroShot makes the set a zero-shot model's hypotheses: its descriptions,
+// put in --hypothesis-template when it is given.
+func (c *Config) zeroShot(set *labelset.Set) error {
+	z, err := set.ZeroShot(c.HypothesisTemplate)
 	if err != nil {
+		if c.LabelsFile == "" {
+			return fmt.Errorf("--hypothesis-template: %v", err)
+		}
 		return fmt.Errorf("--labels-file %s: %v", c.LabelsFile, err)
 	}
 	c.hypotheses, c.template = nil, ""
 	if z.Template != "" {
 		c.hypotheses, c.template = z.Candidates, z.Template
+	}
+	return nil
+}
+
+// checkHypothesisTemplate refuses --hypothesis-template where no zero-shot
+// model reads it, and a template the server would misread (see
+// labelset.CheckTemplate). The embedded model ignores it, as it ignores
+// every remote setting (Ignored).
+func (c *Config) checkHypothesisTemplate(kind provider.Kind) error {
+	if !c.given("hypothesis-template") && c.HypothesisTemplate == "" {
+		return nil
+	}
+	switch {
+	case !kind.Remote:
+		return nil
+	case kind.Chat:
+		return errors.New("--hypothesis-template is for a zero-shot model (--provider hf with --labels or --labels-file): a chat model is sent the labels themselves")
+	case kind.Endpoint != "":
+		return fmt.Errorf("--hypothesis-template is not for --provider %s: its server takes no candidate labels", kind.Name)
+	case !c.given("labels") && c.LabelsFile == "":
+		return errors.New("--hypothesis-template needs the labels of a zero-shot model: give --labels a,b,... or --labels-file FILE (a text-classification model has labels of its own)")
+	}
+	if err := labelset.CheckTemplate(c.HypothesisTemplate); err != nil {
+		return fmt.Errorf("--hypothesis-template: %v", err)
+	}
+	if c.HypothesisTemplate == "" {
+		return errors.New("--hypothesis-template is empty: give a sentence with {} where the label goes, or leave the flag out")
 	}
 	return nil
 }
