@@ -1,6 +1,8 @@
 package stage
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -65,6 +67,30 @@ func (c *Config) Multi() bool { return c.MultiLabel }
 // LabelSet is the label set Validate read (--labels-file, with the
 // examples --examples chose), nil without --labels-file or --examples.
 func (c *Config) LabelSet() *labelset.Set { return c.set }
+
+// LabelSetSHA256 is a SHA-256 of the labels the stage asks for, as
+// Validate read them: the label set's digest (labelset.Digest: the label
+// file with the examples --examples chose, or --labels as a set), with
+// --hypothesis-template; "" when it asks for none (a model with labels of
+// its own). A resume compares it.
+func (c *Config) LabelSetSHA256() string {
+	set := c.set
+	if set == nil {
+		if len(c.labels) == 0 {
+			return ""
+		}
+		var err error
+		if set, err = labelset.FromNames(c.labels); err != nil {
+			return "" // not reached: Validate read them
+		}
+	}
+	d := set.Digest()
+	if c.HypothesisTemplate == "" {
+		return d
+	}
+	sum := sha256.Sum256([]byte(d + "\x00hypothesis_template\x00" + c.HypothesisTemplate))
+	return hex.EncodeToString(sum[:])
+}
 
 // System is the fixed part of a chat prompt the label set renders ("":
 // none, the default instruction).
