@@ -65,6 +65,8 @@ type Config struct {
 	LabelsFile          string  // labels-file
 	Examples            string  // examples
 	ExamplesPerLabel    int     // examples-per-label
+	ExamplesTextColumn  string  // examples-text-column
+	ExamplesLabelColumn string  // examples-label-column
 	MultiLabel          bool    // multi-label
 	LabelThreshold      float64 // label-threshold
 	TopK                int     // top-k

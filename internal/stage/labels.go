@@ -1,6 +1,7 @@
 package stage
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -14,8 +15,9 @@ import (
 	"github.com/hfsent/hfsent/internal/spend"
 )
 
-// The columns --examples is read by: a labelled CSV of examples has a text
-// column and a label column under these names.
+// The columns --examples is read by by default (--examples-text-column,
+// --examples-label-column): a labelled CSV of examples has a text column
+// and a label column under these names.
 const (
 	ExamplesTextColumn  = "text"
 	ExamplesLabelColumn = "label"
@@ -106,8 +108,8 @@ func (c *Config) readLabelSet(kind provider.Kind) error {
 		return err
 	}
 	switch {
-	case c.given("examples-per-label") && !exGiven:
-		return errors.New("--examples-per-label needs --examples FILE.csv: the examples to choose from")
+	case !exGiven && (c.given("examples-per-label") || c.given("examples-text-column") || c.given("examples-label-column")):
+		return errors.New("--examples-per-label, --examples-text-column and --examples-label-column need --examples FILE.csv: the examples to choose from")
 	case !fileGiven && !exGiven && c.HypothesisTemplate != "" && kind.Remote:
 		// --labels alone, put in the template.
 		set, err := labelset.FromNames(c.labels)
@@ -245,10 +247,11 @@ func (c *Config) readExamples(set *labelset.Set) (*labelset.Set, error) {
 		return nil, fmt.Errorf("--examples: cannot read %s: %v", c.Examples, unwrapPathError(err))
 	}
 	defer f.Close()
+	text, label := cmp.Or(c.ExamplesTextColumn, ExamplesTextColumn), cmp.Or(c.ExamplesLabelColumn, ExamplesLabelColumn)
 	out, _, err := labelset.ReadExamples(f, set, labelset.ExamplesOptions{
-		Input:       input.Options{Name: c.Examples, TextColumn: ExamplesTextColumn},
-		LabelColumn: ExamplesLabelColumn,
-		TextFlag:    "a column " + ExamplesTextColumn, LabelFlag: "a column " + ExamplesLabelColumn,
+		Input:       input.Options{Name: c.Examples, TextColumn: text},
+		LabelColumn: label,
+		TextFlag:    "--examples-text-column", LabelFlag: "--examples-label-column",
 		PerLabel: c.ExamplesPerLabel,
 	})
 	if err != nil {
