@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hfsent/hfsent/internal/batchapi"
 	"github.com/hfsent/hfsent/internal/fakehf"
 )
 
@@ -150,14 +151,16 @@ func TestBatchCancelKeepsWhatRan(t *testing.T) {
 // A kill while the batch is being created (its id not yet back, or the
 // create not yet sent): --resume finds the batch made from the recorded
 // file in the provider's list, or creates it from that file, and submits
-// no row twice.
+// no row twice. In behind-a-page, the account made 120 batches after it
+// (more than a page of 100): the list is followed to a later page.
 func TestBatchKilledWhileCreating(t *testing.T) {
-	for _, forward := range []bool{true, false} {
-		name := "created"
-		if !forward {
-			name = "not-created"
-		}
-		t.Run(name, func(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		forward bool
+		others  int
+	}{{"created", true, 0}, {"not-created", false, 0}, {"behind-a-page", true, 120}} {
+		forward := c.forward
+		t.Run(c.name, func(t *testing.T) {
 			f := &fakehf.Batch{Token: batchKey}
 			defer f.Close()
 			var hold atomic.Bool
@@ -191,14 +194,97 @@ func TestBatchKilledWhileCreating(t *testing.T) {
 			}
 			stop(syscall.SIGKILL)
 			hold.Store(false)
+			otherBatches(t, srv.URL, c.others)
 			code, e := resumeBatch(t, srv.URL, in, out)
 			if code != 0 {
 				t.Fatalf("--resume exit %d:\n%s", code, e)
 			}
 			checkComplete(t, readResults(t, out), 30)
-			if c := f.Counts(); c.Uploads != 1 || c.Creates != 1 || c.Lines != 30 {
-				t.Fatalf("counts %+v: want 1 upload, 1 batch, 30 lines", c)
+			if got := f.Counts(); got.Uploads != 1+int64(min(c.others, 1)) || got.Creates != 1+int64(c.others) || got.Lines != 30 {
+				t.Fatalf("counts %+v: want 1 upload, 1 batch, 30 lines (besides %d other batches of one file)", got, c.others)
 			}
 		})
+	}
+}
+
+// otherBatches makes n batches of one line at the fake, as the account's
+// other work would, newer than any made before.
+func otherBatches(t *testing.T, url string, n int) {
+	t.Helper()
+	if n == 0 {
+		return
+	}
+	api := &batchapi.Client{Root: url + "/v1", Token: batchKey}
+	ctx := context.Background()
+	line := `{"custom_id":"x","method":"POST","url":"/v1/chat/completions","body":{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}]}}` + "\n"
+	f, err := api.Upload(ctx, "other.jsonl", strings.NewReader(line))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range n {
+		if _, err := api.Create(ctx, f.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// A kill after the first of two batches was collected and its input file
+// deleted at the provider, while the second is still being asked: --resume
+// reads the first batch's output file again (kept until the results are
+// written), does not mind its input file being gone, creates no batch,
+// and once the results are written no file is left at the provider.
+func TestBatchKilledAfterADeleteResumes(t *testing.T) {
+	f := &fakehf.Batch{Token: batchKey}
+	defer f.Close()
+	// Once the first run has deleted a file, it is killed at its next
+	// request other than a delete (held, never answered): after the first
+	// batch was collected, while the second is being asked.
+	var deleted, killed atomic.Bool
+	release := make(chan struct{})
+	h := f.Handler()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if deleted.Load() && !killed.Load() && r.Method != http.MethodDelete {
+			select {
+			case <-r.Context().Done():
+			case <-release:
+			}
+			return
+		}
+		h.ServeHTTP(w, r)
+		if r.Method == http.MethodDelete {
+			deleted.Store(true)
+		}
+	}))
+	defer srv.Close()
+	defer close(release) // before srv.Close: a held request ends
+	dir := t.TempDir()
+	in := writeInput(t, dir, 20, uniqText)
+	out := filepath.Join(dir, "out.csv")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	_, stop := startBatch(t, ctx, batchArgs(srv.URL, in, out, "--batch-max-requests", "10"), out+".hfsent-batches.jsonl")
+	deadline := time.Now().Add(20 * time.Second)
+	for !deleted.Load() {
+		if time.Now().After(deadline) {
+			t.Fatal("the run deleted no file")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	time.Sleep(50 * time.Millisecond) // any other delete it makes before its next request
+	stop(syscall.SIGKILL)
+	killed.Store(true)
+	if c := f.Counts(); c.Deletes != 1 || c.Creates != 2 {
+		t.Fatalf("counts at the kill %+v: want 2 batches, only the first batch's input file deleted", c)
+	}
+	code, e := resumeBatch(t, srv.URL, in, out)
+	if code != 0 {
+		t.Fatalf("--resume exit %d:\n%s", code, e)
+	}
+	checkComplete(t, readResults(t, out), 20)
+	if c := f.Counts(); c.Creates != 2 || c.Uploads != 2 || c.Lines != 20 {
+		t.Fatalf("counts %+v: want 2 uploads, 2 batches, 20 lines: nothing submitted twice", c)
+	}
+	if files := f.Files(); len(files) != 0 {
+		t.Fatalf("files left at the provider: %v", files)
 	}
 }

@@ -35,8 +35,8 @@ func addBatchFlags() batchFlags {
 		expireAfter:    flag.Int("batch-expire-after", 0, "with -batch: each batch answers at most this many lines, then ends expired with them in its output (0: never)"),
 		cancelAfter:    flag.Int("batch-cancel-after", 0, "with -batch: the provider cancels each batch after this many lines, keeping them (0: never)"),
 		tokenLimit:     flag.Int("batch-token-limit", 0, "with -batch: the enqueued-token cap (about a token per 4 bytes of request body, over batches not ended); a batch over it fails token_limit_exceeded (0: none)"),
-		maxRequests:    flag.Int("batch-max-requests", 50000, "with -batch: a batch of more lines fails validation (OpenAI's 50,000; 0: no limit)"),
-		maxBytes:       flag.Int64("batch-max-bytes", 200<<20, "with -batch: an upload larger is refused 400 File is too large. (OpenAI's 200 MB; 0: no limit)"),
+		maxRequests:    flag.Int("batch-max-requests", fakehf.OpenAIMaxRequests, "with -batch: a batch of more lines fails validation (OpenAI's 50,000; 0: no limit)"),
+		maxBytes:       flag.Int64("batch-max-bytes", fakehf.OpenAIMaxFileBytes, "with -batch: an upload larger is refused 400 File is too large. (OpenAI's 200 MB; 0: no limit)"),
 		markUnanswered: flag.Bool("batch-mark-unanswered", false, "with -batch: lines an expired or cancelled batch never answered go to its error file as batch_expired / batch_cancelled, as OpenAI writes them"),
 		token:          flag.String("batch-token", "", "with -batch: the only bearer token accepted (401 otherwise)"),
 		dir:            flag.String("batch-dir", "", "with -batch: where the files are kept (default: a temporary directory, removed on exit)"),
@@ -45,8 +45,17 @@ func addBatchFlags() batchFlags {
 
 func (f batchFlags) fake(chat *fakehf.Chat) *fakehf.Batch {
 	return &fakehf.Batch{Chat: chat, Steps: *f.steps, StepTime: *f.stepTime, ExpireAfter: *f.expireAfter,
-		CancelAfter: *f.cancelAfter, TokenLimit: *f.tokenLimit, MaxRequests: *f.maxRequests,
-		MaxFileBytes: *f.maxBytes, MarkUnanswered: *f.markUnanswered, Token: *f.token, Dir: *f.dir}
+		CancelAfter: *f.cancelAfter, TokenLimit: *f.tokenLimit, MaxRequests: noLimit(*f.maxRequests),
+		MaxFileBytes: noLimit(*f.maxBytes), MarkUnanswered: *f.markUnanswered, Token: *f.token, Dir: *f.dir}
+}
+
+// noLimit maps a limit flag's 0 (no limit) to the fake's -1: the fake's 0
+// is OpenAI's limit.
+func noLimit[T int | int64](n T) T {
+	if n == 0 {
+		return -1
+	}
+	return n
 }
 
 // reportBatch prints what the batch fake was asked to do, and its

@@ -319,6 +319,50 @@ func TestFakeListFindsTaggedBatches(t *testing.T) {
 	}
 }
 
+// List pages as the provider does: limit outside 1..100 is not sent (the
+// provider's 20), after is the last id of the page before, and more says
+// whether a page follows; walked so, every batch comes once, newest first.
+func TestFakeListPages(t *testing.T) {
+	c := startFake(t, &fakehf.Batch{})
+	ctx := context.Background()
+	f, err := c.Upload(ctx, "rows.jsonl", input(t, 1, text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var made []string
+	for range 25 {
+		b, err := c.Create(ctx, f.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		made = append([]string{b.ID}, made...)
+	}
+	for _, limit := range []int{0, 101, 7, 100} {
+		var seen []string
+		after, pages := "", 0
+		for {
+			page, more, err := c.List(ctx, after, limit)
+			if err != nil {
+				t.Fatalf("limit %d: %v", limit, err)
+			}
+			pages++
+			if want := min(25-len(seen), map[bool]int{true: limit, false: 20}[limit >= 1 && limit <= 100]); len(page) != want {
+				t.Fatalf("limit %d, page %d: %d batches, want %d", limit, pages, len(page), want)
+			}
+			for _, b := range page {
+				seen = append(seen, b.ID)
+			}
+			if !more {
+				break
+			}
+			after = page[len(page)-1].ID
+		}
+		if fmt.Sprint(seen) != fmt.Sprint(made) {
+			t.Fatalf("limit %d: %v; want %v", limit, seen, made)
+		}
+	}
+}
+
 // fakeCreates is how many batches the fake holds, through List.
 func fakeCreates(t *testing.T, c *Client) int {
 	t.Helper()

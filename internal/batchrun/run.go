@@ -14,6 +14,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"time"
@@ -51,6 +52,11 @@ type Config struct {
 	// CancelRunning (--batch-cancel) cancels the recorded batches still
 	// running and submits nothing: the rows they completed are kept.
 	CancelRunning bool
+	// KeepFiles (--batch-keep-files) leaves every file at the provider.
+	// Without it a batch's input file is deleted once the batch has ended,
+	// and its output and error files once the results are written
+	// (Finished): a provider caps an account's file storage (tidy.go).
+	KeepFiles bool
 	// Rows is INPUT's data rows, counted before the run (the answers'
 	// table is sized once); 0: it grows.
 	Rows           int64
@@ -117,6 +123,7 @@ type Stats struct {
 	NotSent     int64 // rows that needed a call but were never submitted (--batch-cancel)
 	Running     int   // batches still running at the provider when the run stopped
 	Cancelled   int   // batches cancelled by --batch-cancel
+	Deleted     int   // files deleted at the provider (inputs, outputs, errors)
 }
 
 // ErrInterrupted is returned when the run was stopped while batches were
@@ -172,6 +179,10 @@ type batch struct {
 	refused int  // times refused so
 	mine    bool // cancelled by the user: its missing rows are not sent again
 	read    bool // its output and error files are read
+	// outputs are its output and error files' ids, once it has ended and
+	// said them (tidy.go); dropped: its input file is deleted.
+	outputs []string
+	dropped bool
 }
 
 // Runner runs the batches of one classify run.
@@ -294,13 +305,19 @@ func (r *Runner) skipDone() {
 // Finished removes the journal once the results of every batch are
 // written (the caller knows): no batch is left to collect, and a row
 // still without an answer is not final, so --resume submits it afresh.
-func (r *Runner) Finished() error {
+// Then, without KeepFiles, it deletes the batches' files at the provider:
+// with the journal gone no run reads them again (a failure is a warning).
+func (r *Runner) Finished(ctx context.Context) error {
 	for _, b := range r.batches {
 		if !b.ended {
 			return nil
 		}
 	}
-	return os.Remove(r.cfg.Journal)
+	if err := os.Remove(r.cfg.Journal); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err // kept: a --resume may still read the batches' files
+	}
+	r.tidy(ctx)
+	return nil
 }
 
 // stopped is err, or ErrInterrupted when ctx ended with batches running.

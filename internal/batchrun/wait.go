@@ -117,12 +117,14 @@ func (r *Runner) pollAll(ctx context.Context, live []*batch) (changed bool, err,
 // or provider-cancelled batch left unanswered are sent again.
 func (r *Runner) ended(ctx context.Context, b *batch, got batchapi.Batch) error {
 	if got.Status == "failed" {
-		return r.failed(b, got)
+		return r.failed(ctx, b, got)
 	}
 	b.ended = true
+	b.outputs = []string{got.OutputFileID, got.ErrorFileID}
 	if err := r.readFiles(ctx, b, got); err != nil {
 		return err
 	}
+	r.dropInput(ctx, b)
 	return r.leftOver(ctx, b, got.Status)
 }
 
@@ -130,7 +132,7 @@ func (r *Runner) ended(ctx context.Context, b *batch, got batchapi.Batch) error 
 // enqueued-token limit counts against nothing: the batch is created again
 // from the same file once the batches before it have ended. Any other
 // refusal is every row's error.
-func (r *Runner) failed(b *batch, got batchapi.Batch) error {
+func (r *Runner) failed(ctx context.Context, b *batch, got batchapi.Batch) error {
 	code, msg := "", ""
 	if len(got.Errors) > 0 {
 		code, msg = got.Errors[0].Code, got.Errors[0].Message
@@ -143,6 +145,8 @@ func (r *Runner) failed(b *batch, got batchapi.Batch) error {
 		return nil
 	}
 	b.ended, b.read = true, true
+	b.outputs = []string{got.OutputFileID, got.ErrorFileID}
+	r.dropInput(ctx, b)
 	e := &provider.Error{Outcome: outcome.UpstreamFailed, NoRetry: true,
 		Msg: fmt.Sprintf("the batch %s failed: %s", b.id, clip(strings.TrimSpace(code+" "+msg), 200))}
 	if code == tokenLimit {

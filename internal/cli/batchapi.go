@@ -33,6 +33,7 @@ type batchOptions struct {
 	maxBytes       byteSize
 	maxSubmissions int
 	cancel         bool
+	keepFiles      bool
 	fallback       string
 	discount       float64
 	flags          *pflag.FlagSet
@@ -55,6 +56,7 @@ func addBatchFlags(fs *pflag.FlagSet, o *batchOptions) {
 	fs.Var(&o.maxBytes, "batch-max-bytes", "with --batch-api: the largest batch input file (default 200 MB, OpenAI's limit; Together: 100MB); more are split into several batches")
 	fs.IntVar(&o.maxSubmissions, "batch-max-submissions", batchrun.DefaultMaxSubmissions, "with --batch-api: times a row is submitted when batches expire or are cancelled by the provider before answering it; then it is upstream_timeout (not final: --resume submits it again) ("+rangeHelp(1, maxBatchSubmit)+")")
 	fs.BoolVar(&o.cancel, "batch-cancel", false, "with --batch-api --resume: cancel the batches recorded beside --output that are still running, keep the rows they completed, and submit nothing")
+	fs.BoolVar(&o.keepFiles, "batch-keep-files", false, "with --batch-api: keep the batches' files at the provider (by default each batch's input file is deleted once it has ended, its output and error files once the results are written: providers cap an account's file storage)")
 	fs.StringVar(&o.fallback, "batch-fallback", "none", "with --batch-api: what becomes of the rows no batch answered in --batch-max-submissions: none (upstream_timeout, for --resume) or live (sent as live calls, under --tpm, --rps and the other live limits)")
 	fs.Float64Var(&o.discount, "batch-discount", 0, "with --batch-api: the batch price as a share of the live one (0.5: half), for a model whose price the flags give no batch price of (--price-in/--price-out; a --prices entry without *_cost_per_token_batches); without it such a model is priced live")
 }
@@ -63,7 +65,7 @@ func addBatchFlags(fs *pflag.FlagSet, o *batchOptions) {
 func (o *batchOptions) validate(c *classifyOptions) error {
 	given := func(n string) bool { return o.flags.Changed(n) }
 	if !o.api {
-		for _, n := range []string{"batch-poll", "batch-max-requests", "batch-max-bytes", "batch-max-submissions", "batch-cancel", "batch-fallback", "batch-discount"} {
+		for _, n := range []string{"batch-poll", "batch-max-requests", "batch-max-bytes", "batch-max-submissions", "batch-cancel", "batch-keep-files", "batch-fallback", "batch-discount"} {
 			if given(n) {
 				return usageErrorf("--%s goes with --batch-api", n)
 			}
@@ -90,6 +92,28 @@ func (o *batchOptions) validate(c *classifyOptions) error {
 	}
 	_, err := batchRoot(c.prov.Endpoint)
 	return err
+}
+
+// warnOverOpenAI warns, once and before any call, when --batch-max-requests
+// or --batch-max-bytes is raised above OpenAI's limits while the endpoint
+// is OpenAI's: it refuses such a file, or fails such a batch at
+// validation, so the run would pay for nothing and end with every row
+// failed.
+func (o *batchOptions) warnOverOpenAI(endpoint string, log *slog.Logger) {
+	if !o.api || !provider.IsOpenAI(endpoint) {
+		return
+	}
+	var over []any
+	if o.maxRequests > batchrun.DefaultMaxRequests {
+		over = append(over, "batch_max_requests", o.maxRequests)
+	}
+	if o.maxBytes.n > batchrun.DefaultMaxBytes {
+		over = append(over, "batch_max_bytes", o.maxBytes.n)
+	}
+	if len(over) > 0 {
+		log.Warn(fmt.Sprintf("OpenAI refuses a batch input file over 200 MB (%d bytes) or %d requests: a file or batch over it fails; "+
+			"lower --batch-max-bytes or --batch-max-requests to those limits", batchrun.DefaultMaxBytes, batchrun.DefaultMaxRequests), over...)
+	}
 }
 
 // batchRoot is the API root of a chat endpoint: the endpoint with its
@@ -207,6 +231,7 @@ func (o *classifyOptions) batchConfig(api *batchapi.Client, chat *provider.Chat,
 		API: api, Chat: chat, Prior: prior, Journal: journal,
 		Open:           o.reopenInput,
 		CancelRunning:  o.batch.cancel,
+		KeepFiles:      o.batch.keepFiles,
 		Rows:           rows,
 		MaxRequests:    o.batch.maxRequests,
 		MaxBytes:       o.batch.maxBytes.n,
@@ -333,7 +358,7 @@ func (o *classifyOptions) writeBatchResults(ctx context.Context, ios *IOStreams,
 		return &exitError{code: v.Code, err: fmt.Errorf("writing %s: %w", outputName(o), runErr)}
 	}
 	if sum.Stop == engine.StopNone && sum.InputErr == nil {
-		if err := r.Finished(); err != nil && !errors.Is(err, os.ErrNotExist) {
+		if err := r.Finished(ctx); err != nil && !errors.Is(err, os.ErrNotExist) {
 			log.Warn("cannot remove the batch journal; remove it before a run without --resume", "path", r.JournalPath(), "err", err)
 		}
 	}

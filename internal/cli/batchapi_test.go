@@ -2,14 +2,19 @@ package cli
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/hfsent/hfsent/internal/batchapi"
 	"github.com/hfsent/hfsent/internal/batchrun"
 	"github.com/hfsent/hfsent/internal/fakehf"
 	"github.com/hfsent/hfsent/internal/provider"
@@ -455,5 +460,102 @@ func TestChatReasoningModelLive(t *testing.T) {
 		if r.code != 2 || !strings.Contains(r.stderr, bad[0]) || f.Calls() != calls {
 			t.Fatalf("%v: exit %d: %s", bad, r.code, r.stderr)
 		}
+	}
+}
+
+// A run stopped between creating its batch and recording its id (here the
+// create's answer is lost: a gateway's 502 after the provider made the
+// batch) leaves a pending record; --resume finds that batch in the
+// provider's list, and adopts it rather than paying for its rows twice,
+// even when more than a page of newer batches (the account's others) lie
+// in front of it: the list is followed across pages (has_more, after).
+func TestBatchResumeAdoptsBatchOnALaterPage(t *testing.T) {
+	f := &fakehf.Batch{Token: batchKey}
+	defer f.Close()
+	var lost atomic.Bool
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost && r.URL.Path == "/v1/batches" && lost.CompareAndSwap(false, true) {
+			f.Handler().ServeHTTP(httptest.NewRecorder(), r) // made, its answer lost
+			http.Error(w, "upstream timed out", http.StatusBadGateway)
+			return
+		}
+		f.Handler().ServeHTTP(w, r)
+	}))
+	defer srv.Close()
+	in := writeFile(t, "in.csv", manyRows(3, func(i int) string { return fmt.Sprintf("lovely staff %d", i) }))
+	out := filepath.Join(t.TempDir(), "out.csv")
+	if r := batchRun(t, srv.URL, in, out); r.code == 0 || f.Counts().Creates != 1 {
+		t.Fatalf("exit %d, counts %+v: %s", r.code, f.Counts(), r.stderr)
+	}
+	if j, err := os.ReadFile(out + batchrun.JournalSuffix); err != nil || !strings.Contains(string(j), `"pending":true`) {
+		t.Fatalf("journal: %s %v", j, err)
+	}
+	// The account's other batches, newer: more than a page of 100.
+	const others = 120
+	api := &batchapi.Client{Root: srv.URL + "/v1", Token: batchKey}
+	ctx := context.Background()
+	file, err := api.Upload(ctx, "other.jsonl", strings.NewReader(`{"custom_id":"x","method":"POST","url":"/v1/chat/completions","body":{"model":"m","messages":[{"role":"user","content":"hi"}]}}`+"\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range others {
+		if _, err := api.Create(ctx, file.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := batchRun(t, srv.URL, in, out, "--resume")
+	if r.code != 0 {
+		t.Fatalf("--resume: exit %d: %s", r.code, r.stderr)
+	}
+	if c := f.Counts(); c.Creates != 1+others || c.Uploads != 2 {
+		t.Fatalf("counts %+v: want the stopped run's batch adopted (no batch made again, no file uploaded again)", c)
+	}
+	for _, row := range readRows(t, out) {
+		if row["outcome"] != "success" {
+			t.Fatalf("row %v", row)
+		}
+	}
+}
+
+// --batch-max-requests or --batch-max-bytes raised above OpenAI's limits
+// while the endpoint is OpenAI's is warned of, once, before any call (a
+// dry run makes none); not at OpenAI's limits, nor for another server.
+func TestBatchWarnsOverOpenAILimits(t *testing.T) {
+	f := &fakehf.Batch{Token: batchKey}
+	srv := fakehf.StartBatch(f)
+	defer srv.Close()
+	defer f.Close()
+	in := writeFile(t, "in.csv", manyRows(3, func(i int) string { return fmt.Sprintf("lovely %d", i) }))
+	const warning = "OpenAI refuses a batch input file over 200 MB"
+	openAI := []string{"--endpoint", "https://api.openai.com/v1/chat/completions", "--model", "gpt-4o-mini"}
+	for _, c := range []struct {
+		name  string
+		args  []string
+		warns []string // the flags the warning names; none: no warning
+	}{
+		{"both over", append([]string{"--batch-max-requests", "50001", "--batch-max-bytes", "300MiB"}, openAI...), []string{"batch_max_requests=50001", "batch_max_bytes=314572800"}},
+		{"bytes over", append([]string{"--batch-max-bytes", "200000001"}, openAI...), []string{"batch_max_bytes=200000001"}},
+		{"at the limits", append([]string{"--batch-max-requests", "50000", "--batch-max-bytes", "200000000"}, openAI...), nil},
+		{"defaults", openAI, nil},
+		{"another server", []string{"--batch-max-requests", "90000", "--batch-max-bytes", "1GiB"}, nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			args := append(append([]string{"classify", in, "--dry-run", "--batch-api", "--token-env", "OPENAI_API_KEY", "--no-cache"}, chatArgs(srv.URL)...), c.args...)
+			r := runMain(t, map[string]string{"OPENAI_API_KEY": batchKey}, "", args...)
+			if r.code != 0 {
+				t.Fatalf("exit %d: %s", r.code, r.stderr)
+			}
+			if n := strings.Count(r.stderr, warning); n != min(len(c.warns), 1) {
+				t.Fatalf("the warning %d times; want %d: %s", n, min(len(c.warns), 1), r.stderr)
+			}
+			for _, w := range c.warns {
+				if !strings.Contains(r.stderr, w) {
+					t.Errorf("the warning does not name %s: %s", w, r.stderr)
+				}
+			}
+		})
+	}
+	if c := f.Counts(); c.Uploads+c.Creates+c.Live != 0 {
+		t.Errorf("a dry run sent something: %+v", c)
 	}
 }

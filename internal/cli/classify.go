@@ -243,6 +243,7 @@ func runClassify(ctx context.Context, o *classifyOptions, ios *IOStreams, log *s
 	if err := o.prepareQuality(log); err != nil {
 		return err
 	}
+	o.batch.warnOverOpenAI(o.prov.Endpoint, log)
 	if o.output == "" || o.output == "-" {
 		if err := ios.checkOut("results"); err != nil {
 			return err

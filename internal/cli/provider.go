@@ -203,6 +203,16 @@ func (o *providerOptions) eachStage(check func(*stage.Config) error) error {
 	return nil
 }
 
+// anyStage reports whether some stage satisfies is.
+func (o *providerOptions) anyStage(is func(*stage.Config) bool) bool {
+	for _, c := range o.stages {
+		if is(c) {
+			return true
+		}
+	}
+	return false
+}
+
 // prepare reads each stage's --calibration and label map, checked
 // against the stage, before any call.
 func (o *providerOptions) prepare(log *slog.Logger) error {

@@ -31,6 +31,11 @@ func resilienceLine(r resilience.Stats) string {
 	if r.Limit > 0 {
 		fmt.Fprintf(&b, " adaptive_limit=%d", r.Limit)
 	}
+	if r.LearntTokensPerMinute > 0 {
+		// The provider refused calls by a limit its headers did not show:
+		// the rate the calls were paced by at the end.
+		fmt.Fprintf(&b, " learnt_tokens_per_minute=%d", r.LearntTokensPerMinute)
+	}
 	return b.String()
 }
 
@@ -46,6 +51,9 @@ type resilienceJSON struct {
 	MaxInFlight     int64   `json:"max_in_flight"`
 	AdaptiveLimit   int     `json:"adaptive_limit,omitempty"`
 	CallsPerSec     float64 `json:"calls_per_s"`
+	// LearntTPM is the token rate learnt from 429s the rate-limit headers
+	// did not explain, at the end (0: nothing learnt).
+	LearntTPM int64 `json:"learnt_tokens_per_minute"`
 }
 
 // newResilienceJSON is the policies' part of --summary-json: zeros for the
@@ -67,5 +75,6 @@ func newResilienceJSON(r resilience.Stats) resilienceJSON {
 		MaxInFlight:     r.MaxInFlight,
 		AdaptiveLimit:   r.Limit,
 		CallsPerSec:     r.CallsPerSec,
+		LearntTPM:       r.LearntTokensPerMinute,
 	}
 }

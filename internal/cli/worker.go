@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"slices"
 	"strings"
@@ -19,6 +20,8 @@ import (
 	"github.com/hfsent/hfsent/internal/engine"
 	"github.com/hfsent/hfsent/internal/provider"
 	"github.com/hfsent/hfsent/internal/queue"
+	"github.com/hfsent/hfsent/internal/resilience"
+	"github.com/hfsent/hfsent/internal/serve"
 	"github.com/hfsent/hfsent/internal/stage"
 )
 
@@ -30,6 +33,7 @@ type workerOptions struct {
 	lease        time.Duration
 	exitWhenDone bool
 	poll         time.Duration
+	metricsAddr  string
 	prog         progressOptions
 	qual         qualityOptions
 	configFile   string
@@ -64,6 +68,10 @@ starts one the moment a call of its own ends, in that call's place: the
 round trip that writes the finished row makes the reserved one running in
 the same transaction, so the caps hold and no place waits for the database.
 
+With --metrics-addr HOST:PORT it serves Prometheus metrics at /metrics
+while it runs: its provider calls, 429s, tokens and learnt token rate, under
+serve's names, and its claims and rows.
+
 SIGINT or SIGTERM: no new claims, calls in flight finish and are written,
 rows claimed or reserved but not started are given back, exit 130.
 
@@ -91,6 +99,7 @@ model), before any call; 130 interrupted.`,
 	fs.DurationVar(&o.lease, "lease", 0, "lease of a claimed row, renewed every third of it (default: the batch's, set by queue push --lease; else "+rangeHelp(minLease, maxLease)+")")
 	fs.BoolVar(&o.exitWhenDone, "exit-when-done", false, "exit once the batch has nothing pending or running (default: wait for new rows)")
 	fs.DurationVar(&o.poll, "poll", 250*time.Millisecond, "wait after a claim that found nothing, unless a notification comes first ("+rangeHelp(10*time.Millisecond, maxPollInterval)+")")
+	fs.StringVar(&o.metricsAddr, "metrics-addr", "", "serve Prometheus metrics at http://HOST:PORT/metrics while the worker runs: its provider calls, 429s, tokens, learnt token rate, slots, claims and rows (default: off)")
 	addProgressFlags(fs, &o.prog, "line")
 	addQualityFlags(fs, &o.qual, serviceQuality, &o.prov.Config)
 	return cmd
@@ -122,6 +131,11 @@ func runWorker(ctx context.Context, o *workerOptions, ios *IOStreams, log *slog.
 	if err := o.validate(); err != nil {
 		return err
 	}
+	wm, err := o.listenMetrics()
+	if err != nil {
+		return err
+	}
+	defer wm.close()
 	db, err := o.db.open(ctx, ios, true, true)
 	if err != nil {
 		return err
@@ -156,13 +170,14 @@ func runWorker(ctx context.Context, o *workerOptions, ios *IOStreams, log *slog.
 	if err := o.cost.ledger(&o.prov); err != nil {
 		return err
 	}
-	leave, err := o.prov.openStages(ctx, ios, log, &budgets{db: db, kind: budget.KindWorker}, nil, w.Tune)
+	leave, err := o.prov.openStages(ctx, ios, log, &budgets{db: db, kind: budget.KindWorker}, wm.counters(), w.Tune)
 	if err != nil {
 		return err
 	}
 	// Run after the loop: calls in flight have ended and been written.
 	defer leave(true)
 	guard := o.prov.guard()
+	wm.serve(guard, o.prov.member(), w, log)
 	rc, _, err := o.cost.openCache(ctx, ios, log, &o.prov, db, "")
 	if err != nil {
 		return err
@@ -184,6 +199,12 @@ func runWorker(ctx context.Context, o *workerOptions, ios *IOStreams, log *slog.
 	closeCache(log, rc)
 	stopBar()
 
+	return o.finish(ctx, ios, log, w, p, runErr)
+}
+
+// finish prints the worker's summary line, once its loop has ended, and
+// says its exit.
+func (o *workerOptions) finish(ctx context.Context, ios *IOStreams, log *slog.Logger, w *queue.Worker, p *engine.Pipeline, runErr error) error {
 	st := w.Stats()
 	sum := p.Summary()
 	sum.Rows, sum.Written, sum.Counts = st.Finished, st.Finished, st.Counts
@@ -192,6 +213,67 @@ func runWorker(ctx context.Context, o *workerOptions, ios *IOStreams, log *slog.
 	}
 	fmt.Fprintln(ios.ErrOut, workerSummaryLine(sum, st, o.qual.review())+stageKeys(sum, o.prov.file != nil, nil))
 	return workerExit(runErr, sum, st, log)
+}
+
+// workerMetrics is --metrics-addr: the listener, bound before anything
+// else (a busy port is a usage error before the database or any call), the
+// counters the first stage's guard reports to, and, once served, how to
+// stop. A nil *workerMetrics is --metrics-addr not given: every method is
+// a no-op.
+type workerMetrics struct {
+	ln   net.Listener
+	c    *resilience.Counters
+	m    *serve.Metrics
+	stop func()
+}
+
+func (o *workerOptions) listenMetrics() (*workerMetrics, error) {
+	if o.metricsAddr == "" {
+		return nil, nil
+	}
+	ln, err := net.Listen("tcp", o.metricsAddr)
+	if err != nil {
+		return nil, usageErrorf("cannot listen on --metrics-addr %s: %v", o.metricsAddr, unwrapListenError(err))
+	}
+	c := &resilience.Counters{}
+	return &workerMetrics{ln: ln, c: c, m: serve.NewWorkerMetrics(c)}, nil
+}
+
+// counters is what the first stage's guard reports to (nil: its own).
+func (wm *workerMetrics) counters() *resilience.Counters {
+	if wm == nil {
+		return nil
+	}
+	return wm.c
+}
+
+// serve starts serving /metrics: g's counters and slots, the budget
+// member's share (nil: none) and w's counts.
+func (wm *workerMetrics) serve(g *resilience.Guard, member *budget.Member, w *queue.Worker, log *slog.Logger) {
+	if wm == nil {
+		return
+	}
+	wm.m.WatchWorker(g, func() serve.WorkerCounts {
+		st := w.Stats()
+		return serve.WorkerCounts{Claimed: st.Claimed, Finished: st.Finished, OK: st.OK, Requeued: st.Retried,
+			GivenBack: st.GivenBack, Discarded: st.Discarded, Active: st.Active}
+	})
+	if member != nil {
+		wm.m.WatchBudget(fleetShare(member))
+	}
+	log.Info("serving metrics", "addr", wm.ln.Addr().String(), "path", serve.PathMetrics)
+	wm.stop = serve.ServeMetrics(wm.ln, wm.m, log)
+}
+
+// close stops serving, or closes the listener never served.
+func (wm *workerMetrics) close() {
+	switch {
+	case wm == nil:
+	case wm.stop != nil:
+		wm.stop()
+	default:
+		_ = wm.ln.Close()
+	}
 }
 
 // matchBatch checks the worker's first stage against the batch it joins,

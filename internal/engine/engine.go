@@ -67,6 +67,11 @@ type Config struct {
 	// bounds the answers remembered (default dedupe.DefaultSize).
 	Dedupe     bool
 	DedupeSize int
+	// KeepScores: a remembered answer keeps the label scores of the
+	// answer it reuses (a stage with --top-k or --multi-label writes them).
+	// Off, the dedupe window keeps none: they would be some 5 MiB of a
+	// window nothing reads (issue 31's fill at the default flags).
+	KeepScores bool
 	// FailFast: a row does not wait for an open breaker or a long cooldown,
 	// it ends at once with a Retry-After (a server's choice).
 	FailFast bool

@@ -200,7 +200,10 @@ func (p *Pipeline) remember(res results.Row) (answer, bool) {
 	}
 	l, ok1 := p.names.id(res.Label)
 	m, ok2 := p.names.id(res.Model)
-	scores := res.Scores
+	var scores []results.LabelScore
+	if p.cfg.KeepScores {
+		scores = res.Scores
+	}
 	if len(scores) > maxReusedScores {
 		scores = scores[:maxReusedScores:maxReusedScores]
 	}

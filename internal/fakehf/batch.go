@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -21,7 +22,7 @@ import (
 //	GET  {root}/files/{id}/content   the file's bytes (input, output or error)
 //	DELETE {root}/files/{id}         {"id", "object": "file", "deleted": true}
 //	POST {root}/batches              {"input_file_id", "endpoint", "completion_window"}
-//	GET  {root}/batches              the batches, newest first
+//	GET  {root}/batches              a page of the batches, newest first (?limit=, ?after=)
 //	GET  {root}/batches/{id}         the batch object
 //	POST {root}/batches/{id}/cancel  cancelling, then cancelled
 //	POST {root}/chat/completions     live calls, answered by Chat
@@ -93,15 +94,18 @@ type Batch struct {
 	// Garble, when it says ok, writes line raw into the output file in
 	// place of that line's answer (malformed JSON, a custom_id never sent).
 	Garble func(customID string) (line []byte, ok bool)
-	// MaxFileBytes > 0: an upload larger is refused 400 "File is too
-	// large." as OpenAI does (its limit for batch input is 200 MB).
+	// MaxFileBytes: an upload larger is refused 400 "File is too large."
+	// as OpenAI does. 0 is OpenAI's limit for a batch's input,
+	// OpenAIMaxFileBytes; < 0 is none (a test or bench that sends more
+	// says so).
 	MaxFileBytes int64
 	// RefuseChunked answers an upload sent without a Content-Length
 	// (chunked) 400, as an API or a proxy that takes no chunked multipart
 	// would.
 	RefuseChunked bool
-	// MaxRequests > 0: a batch of more lines fails validation with
-	// errors.data[0].code "too_many_requests" (OpenAI's limit is 50,000).
+	// MaxRequests: a batch of more lines fails validation with
+	// errors.data[0].code "too_many_requests". 0 is OpenAI's limit,
+	// OpenAIMaxRequests; < 0 is none.
 	MaxRequests int
 	// Token, when set, is the only bearer token accepted on every route
 	// (401 invalid_api_key otherwise, echoing the key it was sent, as some
@@ -142,16 +146,25 @@ type Batch struct {
 	fmu   sync.Mutex // files; a leaf lock
 	files map[string]*batchFile
 
-	uploads, creates, polls, downloads, cancels, live, lines atomic.Int64
+	uploads, creates, polls, downloads, cancels, live, lines, deletes atomic.Int64
 }
 
+// OpenAI's limits on one batch, the fake's by default: its input file's
+// size (200 MB, counted as hfsent counts it, batchrun.DefaultMaxBytes; if
+// OpenAI means MiB the fake is the stricter) and its requests.
+const (
+	OpenAIMaxFileBytes = 200_000_000
+	OpenAIMaxRequests  = 50_000
+)
+
 // BatchCounts is what a Batch was asked to do: uploads, creates, polls (GET
-// of one batch), downloads (file content), cancels, live chat calls, and
-// the request lines its batches answered; PeakEnqueued is the most tokens
-// (BatchTokens) its accepted, unended batches held at once.
+// of one batch), downloads (file content), cancels, live chat calls, the
+// request lines its batches answered, and files deleted (a DELETE of a
+// file it held); PeakEnqueued is the most tokens (BatchTokens) its
+// accepted, unended batches held at once.
 type BatchCounts struct {
-	Uploads, Creates, Polls, Downloads, Cancels, Live, Lines int64
-	PeakEnqueued                                             int64
+	Uploads, Creates, Polls, Downloads, Cancels, Live, Lines, Deletes int64
+	PeakEnqueued                                                      int64
 }
 
 // BatchInfo is one batch as the fake sees it. EndedAt - CreatedAt is the
@@ -209,7 +222,20 @@ func (b *Batch) Counts() BatchCounts {
 	peak := int64(b.peakEnqueued)
 	b.mu.Unlock()
 	return BatchCounts{PeakEnqueued: peak, Uploads: b.uploads.Load(), Creates: b.creates.Load(), Polls: b.polls.Load(),
-		Downloads: b.downloads.Load(), Cancels: b.cancels.Load(), Live: b.live.Load(), Lines: b.lines.Load()}
+		Downloads: b.downloads.Load(), Cancels: b.cancels.Load(), Live: b.live.Load(), Lines: b.lines.Load(), Deletes: b.deletes.Load()}
+}
+
+// Files are the ids of the files b holds now (uploaded, and the batches'
+// output and error files), not deleted, sorted.
+func (b *Batch) Files() []string {
+	b.fmu.Lock()
+	defer b.fmu.Unlock()
+	ids := make([]string, 0, len(b.files))
+	for id := range b.files {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return ids
 }
 
 // Snapshot is every batch in creation order. It is not a poll: it moves
@@ -286,6 +312,23 @@ func (b *Batch) id(prefix string) string {
 }
 
 func (b *Batch) steps() int { return max(1, b.Steps) }
+
+// maxFileBytes is the largest upload taken (0: no limit).
+func (b *Batch) maxFileBytes() int64 { return limitOr(b.MaxFileBytes, OpenAIMaxFileBytes) }
+
+// maxRequests is the most lines a batch takes (0: no limit).
+func (b *Batch) maxRequests() int { return int(limitOr(int64(b.MaxRequests), OpenAIMaxRequests)) }
+
+// limitOr is a limit field's value: 0 is OpenAI's, < 0 none (0).
+func limitOr(set, openAI int64) int64 {
+	switch {
+	case set == 0:
+		return openAI
+	case set < 0:
+		return 0
+	}
+	return set
+}
 
 // writeJSON answers v as JSON with the status.
 func writeJSON(w http.ResponseWriter, status int, v any) {

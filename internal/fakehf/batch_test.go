@@ -666,3 +666,115 @@ func TestBatchListAndFiles(t *testing.T) {
 		t.Fatalf("a batch whose input was deleted: %s", end.Status)
 	}
 }
+
+// The list pages as OpenAI's does: 20 a page unless limit says (1 to 100,
+// else a 400 naming limit), newest first, after the id given, with the
+// page's first_id and last_id and has_more while older batches follow.
+func TestBatchListPages(t *testing.T) {
+	_, c := startBatchT(t, &Batch{})
+	st, f := c.upload("in.jsonl", "batch", requests(1, plainText))
+	if st != 200 {
+		t.Fatalf("upload: %d %v", st, f)
+	}
+	var ids []string // newest first
+	for range 45 {
+		st, b := c.create(f["id"].(string))
+		if st != 200 {
+			t.Fatalf("create: %d", st)
+		}
+		ids = append([]string{b.ID}, ids...)
+	}
+	type page struct {
+		Object  string
+		Data    []batchObj
+		FirstID *string `json:"first_id"`
+		LastID  *string `json:"last_id"`
+		HasMore bool    `json:"has_more"`
+	}
+	list := func(query string) (int, page, string) {
+		st, body := c.do("GET", "/batches"+query, "", nil)
+		var p page
+		_ = json.Unmarshal(body, &p)
+		return st, p, string(body[:min(len(body), 300)])
+	}
+	// Walk the pages as a client does: after = the last id of the page.
+	for _, c := range []struct {
+		query string
+		from  int
+		n     int
+		more  bool
+	}{
+		{"", 0, 20, true}, {"?after=" + ids[19], 20, 20, true}, {"?after=" + ids[39], 40, 5, false},
+		{"?limit=100", 0, 45, false}, {"?limit=1&after=" + ids[43], 44, 1, false}, {"?limit=7&after=" + ids[2], 3, 7, true},
+		{"?after=" + ids[44], 45, 0, false},
+	} {
+		st, p, body := list(c.query)
+		if st != 200 || p.Object != "list" || len(p.Data) != c.n || p.HasMore != c.more {
+			t.Fatalf("%s: %d, %d batches, has_more %v; want %d, %v: %s", c.query, st, len(p.Data), p.HasMore, c.n, c.more, body)
+		}
+		for i, b := range p.Data {
+			if b.ID != ids[c.from+i] {
+				t.Fatalf("%s: batch %d is %s, want %s (newest first)", c.query, i, b.ID, ids[c.from+i])
+			}
+		}
+		if c.n == 0 && p.FirstID != nil {
+			t.Fatalf("%s: an empty page has first_id: %s", c.query, body)
+		}
+		if c.n > 0 && (p.FirstID == nil || *p.FirstID != ids[c.from] || *p.LastID != ids[c.from+c.n-1]) {
+			t.Fatalf("%s: first_id/last_id: %s", c.query, body)
+		}
+	}
+	for q, code := range map[string]string{"?limit=0": "integer_below_min_value", "?limit=101": "integer_above_max_value", "?limit=ten": "invalid_type"} {
+		st, body := c.do("GET", "/batches"+q, "", nil)
+		var e struct {
+			Error struct{ Message, Type, Param, Code string }
+		}
+		if err := json.Unmarshal(body, &e); err != nil || st != 400 || e.Error.Type != "invalid_request_error" || e.Error.Param != "limit" || e.Error.Code != code || !strings.Contains(e.Error.Message, "'limit'") {
+			t.Errorf("%s: %d %s; want 400 %s on param limit", q, st, body, code)
+		}
+	}
+	if st, body := c.do("GET", "/batches?after=batch_nope", "", nil); st != 404 {
+		t.Errorf("after an unknown batch: %d %s", st, body)
+	}
+}
+
+// OpenAI's limits are the fake's by default, so that a client that sends
+// more than OpenAI takes is refused in every test: 50,000 requests a batch
+// and 200 MB a file. MaxRequests < 0 lifts the first.
+func TestBatchOpenAILimitsByDefault(t *testing.T) {
+	_, c := startBatchT(t, &Batch{})
+	in := requests(OpenAIMaxRequests+1, plainText)
+	end, _ := c.pollUntilEnded(c.submit(in).ID, 5)
+	if end.Status != "failed" || end.Errors == nil || end.Errors.Data[0].Code != "too_many_requests" || !strings.Contains(end.Errors.Data[0].Message, "maximum of 50000") {
+		t.Fatalf("%d requests: %+v", OpenAIMaxRequests+1, end)
+	}
+	_, c = startBatchT(t, &Batch{MaxRequests: -1, Steps: 3})
+	b := c.submit(in)
+	for range 3 {
+		b = c.get(b.ID)
+	}
+	if b.Status != "in_progress" || b.RequestCounts.Total != OpenAIMaxRequests+1 {
+		t.Fatalf("MaxRequests -1: %+v", b)
+	}
+
+	// One byte over 200 MB, streamed: never held in memory here.
+	pr, pw := io.Pipe()
+	mw := multipart.NewWriter(pw)
+	go func() {
+		_ = mw.WriteField("purpose", "batch")
+		fw, _ := mw.CreateFormFile("file", "big.jsonl")
+		line := append(bytes.Repeat([]byte("x"), 999), '\n')
+		for range OpenAIMaxFileBytes / len(line) {
+			if _, err := fw.Write(line); err != nil {
+				pw.CloseWithError(err)
+				return
+			}
+		}
+		_, _ = fw.Write([]byte("x"))
+		pw.CloseWithError(mw.Close())
+	}()
+	st, body := c.do("POST", "/files", mw.FormDataContentType(), pr)
+	if st != 400 || !strings.Contains(string(body), "File is too large.") {
+		t.Fatalf("%d bytes: %d %s", OpenAIMaxFileBytes+1, st, body)
+	}
+}

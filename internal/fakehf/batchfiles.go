@@ -102,7 +102,7 @@ func (b *Batch) checkUpload(w http.ResponseWriter, purpose, name string, f *batc
 }
 
 // store copies r to a new file in the fake's directory, at most
-// MaxFileBytes (tooLarge past it).
+// maxFileBytes (tooLarge past it).
 func (b *Batch) store(r io.Reader) (f *batchFile, tooLarge bool, err error) {
 	tmp, err := os.CreateTemp(b.dir, "upload-*.jsonl")
 	if err != nil {
@@ -110,15 +110,15 @@ func (b *Batch) store(r io.Reader) (f *batchFile, tooLarge bool, err error) {
 	}
 	defer tmp.Close()
 	f = &batchFile{path: tmp.Name()}
-	src := r
-	if b.MaxFileBytes > 0 {
-		src = io.LimitReader(r, b.MaxFileBytes+1)
+	src, most := r, b.maxFileBytes()
+	if most > 0 {
+		src = io.LimitReader(r, most+1)
 	}
 	f.Bytes, err = io.Copy(tmp, src)
 	if err != nil {
 		return f, false, err
 	}
-	return f, b.MaxFileBytes > 0 && f.Bytes > b.MaxFileBytes, nil
+	return f, most > 0 && f.Bytes > most, nil
 }
 
 func (b *Batch) addFile(f *batchFile) {
@@ -155,6 +155,7 @@ func (b *Batch) deleteFile(w http.ResponseWriter, r *http.Request) {
 		invalid(w, 404, "", "No such File object: "+id)
 		return
 	}
+	b.deletes.Add(1)
 	writeJSON(w, 200, map[string]any{"id": id, "object": "file", "deleted": true})
 }
 
@@ -229,8 +230,8 @@ func (b *Batch) scan(f *batchFile, endpoint string) (scanned, error) {
 	switch {
 	case s.lines == 0:
 		s.errs = append(s.errs, batchError{Code: "empty_file", Message: "The batch input file is empty."})
-	case b.MaxRequests > 0 && s.lines > b.MaxRequests:
-		s.errs = append(s.errs, batchError{Code: "too_many_requests", Message: "The batch input file contains " + itoa(s.lines) + " requests, more than the maximum of " + itoa(b.MaxRequests) + " requests per batch."})
+	case b.maxRequests() > 0 && s.lines > b.maxRequests():
+		s.errs = append(s.errs, batchError{Code: "too_many_requests", Message: "The batch input file contains " + itoa(s.lines) + " requests, more than the maximum of " + itoa(b.maxRequests()) + " requests per batch."})
 	}
 	return s, nil
 }

@@ -7,7 +7,9 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -154,24 +156,67 @@ func (b *Batch) get(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, 200, o)
 }
 
+// list is GET /batches: a page of the batches, newest first, as OpenAI
+// pages it: at most limit (default 20, 1 to 100, else a 400 naming
+// limit), starting after the batch id after (none: the newest), with the
+// page's first_id and last_id and has_more when older batches follow. An
+// after that names no batch is a 404, as a GET of it is: a client only
+// ever sends the last id of a page it was given.
 func (b *Batch) list(w http.ResponseWriter, r *http.Request) {
+	limit, ok := listLimit(w, r.URL.Query())
+	if !ok {
+		return
+	}
 	b.mu.Lock()
-	jobs := append([]*batchJob(nil), b.order...)
+	jobs := make([]*batchJob, 0, len(b.order))
+	for i := len(b.order) - 1; i >= 0; i-- {
+		jobs = append(jobs, b.order[i])
+	}
 	b.mu.Unlock()
+	if after := r.URL.Query().Get("after"); after != "" {
+		i := slices.IndexFunc(jobs, func(j *batchJob) bool { return j.id == after })
+		if i < 0 {
+			invalid(w, 404, "after", "No batch found with id '"+after+"'.")
+			return
+		}
+		jobs = jobs[i+1:]
+	}
+	more := len(jobs) > limit
+	jobs = jobs[:min(limit, len(jobs))]
 	data := make([]any, 0, len(jobs))
 	now := time.Now()
-	for i := len(jobs) - 1; i >= 0; i-- {
-		j := jobs[i]
+	for _, j := range jobs {
 		j.mu.Lock()
 		b.advance(j, now)
 		data = append(data, j.object())
 		j.mu.Unlock()
 	}
-	out := map[string]any{"object": "list", "data": data, "first_id": nil, "last_id": nil, "has_more": false}
+	out := map[string]any{"object": "list", "data": data, "first_id": nil, "last_id": nil, "has_more": more}
 	if len(jobs) > 0 {
-		out["first_id"], out["last_id"] = jobs[len(jobs)-1].id, jobs[0].id
+		out["first_id"], out["last_id"] = jobs[0].id, jobs[len(jobs)-1].id
 	}
 	writeJSON(w, 200, out)
+}
+
+// listLimit is a list's limit query (20 when absent), or false when it
+// answered the 400 OpenAI answers to one that is not an integer in 1..100.
+func listLimit(w http.ResponseWriter, q url.Values) (int, bool) {
+	s := q.Get("limit")
+	if s == "" {
+		return 20, true
+	}
+	n, err := strconv.Atoi(s)
+	switch {
+	case err != nil:
+		oaiParamError(w, 400, "invalid_request_error", "invalid_type", "limit", "Invalid 'limit': expected an integer, but got a string instead.")
+	case n < 1:
+		oaiParamError(w, 400, "invalid_request_error", "integer_below_min_value", "limit", "Invalid 'limit': integer below minimum value. Expected a value >= 1, but got "+s+" instead.")
+	case n > 100:
+		oaiParamError(w, 400, "invalid_request_error", "integer_above_max_value", "limit", "Invalid 'limit': integer above maximum value. Expected a value <= 100, but got "+s+" instead.")
+	default:
+		return n, true
+	}
+	return 0, false
 }
 
 // cancel is POST /batches/{id}/cancel: cancelling now, cancelled a step

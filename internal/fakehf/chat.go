@@ -7,6 +7,7 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -338,9 +339,10 @@ func isReasoning(model string) bool {
 func (c *Chat) magicError(w http.ResponseWriter, req ChatRequest, text string) bool {
 	switch {
 	case isReasoning(req.Model) && req.MaxTokens != nil:
-		oaiError(w, 400, "invalid_request_error", "unsupported_parameter", "Unsupported parameter: 'max_tokens' is not supported with this model. Use 'max_completion_tokens' instead.")
+		oaiParamError(w, 400, "invalid_request_error", "unsupported_parameter", "max_tokens", "Unsupported parameter: 'max_tokens' is not supported with this model. Use 'max_completion_tokens' instead.")
 	case isReasoning(req.Model) && req.Temperature != nil && *req.Temperature != 1:
-		oaiError(w, 400, "invalid_request_error", "unsupported_value", "Unsupported value: 'temperature' does not support 0 with this model. Only the default (1) value is supported.")
+		oaiParamError(w, 400, "invalid_request_error", "unsupported_value", "temperature", "Unsupported value: 'temperature' does not support "+
+			strconv.FormatFloat(*req.Temperature, 'g', -1, 64)+" with this model. Only the default (1) value is supported.")
 	case strings.Contains(text, "#429#") && c.first(text):
 		w.Header().Set("X-Ratelimit-Remaining-Requests", "0")
 		w.Header().Set("X-Ratelimit-Reset-Requests", "20ms")
@@ -540,11 +542,23 @@ func resetString(d time.Duration) string {
 }
 
 func oaiError(w http.ResponseWriter, status int, typ, code, msg string) {
-	var c any
+	oaiParamError(w, status, typ, code, "", msg)
+}
+
+// oaiParamError is oaiError naming the request's param at fault, as
+// OpenAI names it in its 400s ("" : null).
+func oaiParamError(w http.ResponseWriter, status int, typ, code, param, msg string) {
+	var c, p any
 	if code != "" {
 		c = code
 	}
-	b, _ := json.Marshal(map[string]any{"error": map[string]any{"message": msg, "type": typ, "param": nil, "code": c}})
+	if param != "" {
+		p = param
+	}
+	b, _ := json.Marshal(map[string]any{"error": map[string]any{"message": msg, "type": typ, "param": p, "code": c}})
+	if w.Header().Get("Content-Type") == "" {
+		w.Header().Set("Content-Type", "application/json")
+	}
 	w.WriteHeader(status)
 	_, _ = w.Write(b)
 }

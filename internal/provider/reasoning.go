@@ -67,6 +67,10 @@ func reasoningRoom(effort string) int {
 	return 8192
 }
 
+// IsOpenAI reports whether endpoint is OpenAI's own API
+// (api.openai.com), whose documented limits hfsent holds to.
+func IsOpenAI(endpoint string) bool { return isOpenAI(endpoint) }
+
 // isOpenAI reports whether endpoint is OpenAI's own API, which takes
 // max_completion_tokens for every model (max_tokens is deprecated there).
 func isOpenAI(endpoint string) bool {

@@ -246,7 +246,7 @@ func Build(client provider.Classifier, cfg Config) *Guard {
 		chain = limiter.wrap(chain)
 	}
 	if est, ok := client.(provider.TokenEstimator); ok && (cfg.TPM > 0 || cfg.PaceByHeaders) {
-		chain = newTokenLayer(chain, est, cfg.TPM, cfg.Logger)
+		chain = newTokenLayer(chain, est, cfg.TPM, cfg.Logger, cfg.Counters)
 	}
 	g.limiter = limiter
 	g.br = newBreaker(chain, cfg, g.slots, g.run)

@@ -43,6 +43,10 @@ type Counters struct {
 	openNanos atomic.Int64 // time spent not closed, finished spells
 	openedAt  atomic.Int64 // unix nanos of the current spell, 0 when closed
 	cooldowns atomic.Int64 // shared pauses started by a 429 with Retry-After
+	// learntTPM is the token rate learnt from the provider's refusals
+	// (tokens.go's pace), in tokens a minute as --tpm counts them; 0 while
+	// nothing is learnt.
+	learntTPM atomic.Int64
 }
 
 // reported is what a call's server said with its answer: the tokens it
@@ -121,6 +125,11 @@ func (c *Counters) breakerClosed(now time.Time) {
 	}
 }
 
+// LearntTokensPerMinute is the token rate the guard learnt from the
+// provider's 429s that its headers did not explain, and paces calls by
+// now, in tokens a minute (0: nothing learnt).
+func (c *Counters) LearntTokensPerMinute() int64 { return c.learntTPM.Load() }
+
 // Limit is the adaptive limit now (0 when not adaptive).
 func (c *Counters) Limit() int { return int(c.limit.Load()) }
 
@@ -147,6 +156,9 @@ type Stats struct {
 	// CachedPromptTokens: the part of PromptTokens read from the
 	// server's prompt cache.
 	CachedPromptTokens int64
+	// LearntTokensPerMinute is the token rate learnt from the provider's
+	// 429s at the end (0: nothing learnt).
+	LearntTokensPerMinute int64
 }
 
 // Snapshot copies the counters; elapsed is the run's wall time, for calls/s.
@@ -159,22 +171,23 @@ func (c *Counters) Snapshot(elapsed time.Duration) Stats {
 		open += time.Since(time.Unix(0, at))
 	}
 	s := Stats{
-		Calls:              c.Calls.Load(),
-		Retries:            c.Retries.Load(),
-		FallbackCalls:      c.FallbackCalls.Load(),
-		PromptTokens:       c.PromptTokens.Load(),
-		CompletionTokens:   c.CompletionTokens.Load(),
-		TokenCalls:         c.TokenCalls.Load(),
-		ReasoningTokens:    c.ReasoningTokens.Load(),
-		RateLimited:        c.RateLimited.Load(),
-		Timeouts:           c.Timeouts.Load(),
-		BreakerOpenings:    c.BreakerOpenings.Load(),
-		BreakerOpen:        open,
-		FallbackRows:       c.FallbackRows.Load(),
-		Cooldowns:          c.cooldowns.Load(),
-		MaxInFlight:        c.maxInFlight.Load(),
-		Limit:              c.Limit(),
-		CachedPromptTokens: c.CachedPromptTokens.Load(),
+		Calls:                 c.Calls.Load(),
+		Retries:               c.Retries.Load(),
+		FallbackCalls:         c.FallbackCalls.Load(),
+		PromptTokens:          c.PromptTokens.Load(),
+		CompletionTokens:      c.CompletionTokens.Load(),
+		TokenCalls:            c.TokenCalls.Load(),
+		ReasoningTokens:       c.ReasoningTokens.Load(),
+		RateLimited:           c.RateLimited.Load(),
+		Timeouts:              c.Timeouts.Load(),
+		BreakerOpenings:       c.BreakerOpenings.Load(),
+		BreakerOpen:           open,
+		FallbackRows:          c.FallbackRows.Load(),
+		Cooldowns:             c.cooldowns.Load(),
+		MaxInFlight:           c.maxInFlight.Load(),
+		Limit:                 c.Limit(),
+		CachedPromptTokens:    c.CachedPromptTokens.Load(),
+		LearntTokensPerMinute: c.LearntTokensPerMinute(),
 	}
 	if secs := elapsed.Seconds(); secs > 0 {
 		s.CallsPerSec = float64(s.Calls) / secs

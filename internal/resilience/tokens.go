@@ -49,6 +49,7 @@ type tokenLayer struct {
 	// (headers only; pace.go).
 	pace pace
 	log  *slog.Logger
+	c    *Counters // shows the pace's rate (LearntTokensPerMinute)
 }
 
 // bucket is a token bucket that may go into debt: a reservation takes its
@@ -122,8 +123,8 @@ func (b *bucket) set(remaining, inFlight float64, limit int64, reset time.Durati
 	b.fullAfter = b.rate <= 0
 }
 
-func newTokenLayer(inner attempter, est provider.TokenEstimator, tpm float64, log *slog.Logger) *tokenLayer {
-	t := &tokenLayer{inner: inner, estimate: est.EstimateTokens, fixed: tpm > 0, answered: make(chan struct{}), log: log}
+func newTokenLayer(inner attempter, est provider.TokenEstimator, tpm float64, log *slog.Logger, c *Counters) *tokenLayer {
+	t := &tokenLayer{inner: inner, estimate: est.EstimateTokens, fixed: tpm > 0, answered: make(chan struct{}), log: log, c: c}
 	if t.fixed {
 		perSec := tpm / 60
 		t.tokens = bucket{known: true, level: perSec, capacity: perSec, rate: perSec, at: time.Now()}
@@ -262,6 +263,9 @@ func (t *tokenLayer) learn(est float64, tr turn, usage provider.Usage, limits pr
 		spent = 0
 	}
 	t.pace.give(est-spent, tr.epoch, now)
+	// The rate moves on a success (it grows) and on a cut: shown as it is
+	// after either, for the summary and /metrics.
+	defer func() { t.c.learntTPM.Store(int64(math.Round(t.pace.rate * 60))) }()
 	if err == nil {
 		t.pace.ok(spent, tr.waited, now)
 		return

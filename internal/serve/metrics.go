@@ -61,23 +61,33 @@ func NewMetrics(counters *resilience.Counters) *Metrics {
 		Name: "hfsent_admission_rejections_total",
 		Help: "Texts answered local_capacity: no provider slot within --admission-wait, never sent.",
 	})
+	m.budgetRejections = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "hfsent_body_budget_rejections_total",
+		Help: "Requests answered 503 local_capacity before their body was read: it did not fit in --body-budget.",
+	})
+	m.reg.MustRegister(m.requests, m.duration, m.inFlight, m.outcomes, m.rejections, m.budgetRejections)
+	m.watchProvider(counters)
+	return m
+}
+
+// watchProvider registers what the provider's guard counts (the calls,
+// their durations, 429s, tokens, the learnt rate) and the process's own
+// (Go runtime, process): what serve and a worker show alike. It hooks the
+// call histogram into counters (Observe), which must then be passed to
+// resilience.Build.
+func (m *Metrics) watchProvider(c *resilience.Counters) {
 	m.calls = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "hfsent_provider_call_duration_seconds",
 		Help:    "Duration of each call to the primary provider (every attempt), by its outcome.",
 		Buckets: []float64{.005, .01, .015, .02, .025, .03, .05, .075, .1, .25, .5, 1, 2.5, 5, 10, 30},
 	}, []string{"outcome"})
-	m.budgetRejections = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "hfsent_body_budget_rejections_total",
-		Help: "Requests answered 503 local_capacity before their body was read: it did not fit in --body-budget.",
-	})
-	counters.Observe = func(d time.Duration, err error) {
+	c.Observe = func(d time.Duration, err error) {
 		m.calls.WithLabelValues(string(provider.OutcomeOf(err))).Observe(d.Seconds())
 	}
-	c := counters
 	counter := func(name, help string, v func() int64) prometheus.Collector {
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 { return float64(v()) })
 	}
-	m.reg.MustRegister(m.requests, m.duration, m.inFlight, m.outcomes, m.rejections, m.calls, m.budgetRejections,
+	m.reg.MustRegister(m.calls,
 		counter("hfsent_provider_calls_total", "Calls sent to the primary provider, retries included (a batch is one call).", c.Calls.Load),
 		counter("hfsent_provider_retries_total", "Calls beyond the first of a text or batch.", c.Retries.Load),
 		counter("hfsent_provider_rate_limited_total", "HTTP 429 answers from the provider.", c.RateLimited.Load),
@@ -87,10 +97,20 @@ func NewMetrics(counters *resilience.Counters) *Metrics {
 		counter("hfsent_fallback_calls_total", "Calls sent to --fallback-model.", c.FallbackCalls.Load),
 		counter("hfsent_provider_prompt_tokens_total", "Prompt tokens the provider reported (usage of chat calls, failed ones too).", c.PromptTokens.Load),
 		counter("hfsent_provider_completion_tokens_total", "Completion tokens the provider reported (usage of chat calls, failed ones too).", c.CompletionTokens.Load),
+		learntGauge(c),
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
-	return m
+}
+
+// learntGauge shows the token rate the guard learnt from the provider's
+// 429s that its rate-limit headers did not explain (0: nothing learnt):
+// the rate its calls are paced by, which a provider's dashboard does not
+// show.
+func learntGauge(c *resilience.Counters) prometheus.Collector {
+	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "hfsent_learnt_tokens_per_minute",
+		Help: "Tokens a minute the provider was learnt to allow from its 429s that no rate-limit header explained, which calls are paced by now (0: nothing learnt)."},
+		func() float64 { return float64(c.LearntTokensPerMinute()) })
 }
 
 // watch registers the gauges that read the server's state.

@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/hfsent/hfsent/internal/fakehf"
+	"github.com/hfsent/hfsent/internal/provider"
 )
 
 // TestMetricsMatchWhatWasSent: /metrics, parsed with Prometheus's own
@@ -157,5 +159,46 @@ func TestAccessLog(t *testing.T) {
 	b, _ := json.Marshal(recs)
 	if strings.Contains(string(b), testToken) {
 		t.Fatal("the token reached the log")
+	}
+}
+
+// TestMetricsShowLearntRate: a chat provider that refuses by a token limit
+// it sends no header for; /metrics shows the rate the guard learnt from
+// its 429s (0 before the first).
+func TestMetricsShowLearntRate(t *testing.T) {
+	const rate = 6000.0 // tokens a second
+	chat := &fakehf.Chat{Latency: 20 * time.Millisecond, Bucket: fakehf.Bucket{Rate: rate, Burst: rate},
+		NoLimitHeaders: true, RetryAfterMs: true}
+	csrv := fakehf.StartChat(chat)
+	t.Cleanup(csrv.Close)
+	client, err := provider.NewChat(provider.ChatConfig{Model: "m", Endpoint: csrv.URL + "/v1/chat/completions",
+		Labels: []string{"positive", "negative"}, Concurrency: 16, Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := start(t, &fakehf.Fake{}, func(s *setup) {
+		s.wrap = func(provider.Classifier) provider.Classifier { return client }
+		s.res.Concurrency, s.res.PaceByHeaders, s.res.RateLimitWait = 16, true, time.Minute
+		s.cfg.Pipeline.AdmissionWait = 30 * time.Second // the rows queue for a slot, as classify's do
+	})
+	if v := h.value(h.metrics(), "hfsent_learnt_tokens_per_minute"); v != 0 {
+		t.Fatalf("hfsent_learnt_tokens_per_minute %v before any call", v)
+	}
+	var wg sync.WaitGroup
+	for i := range 120 {
+		wg.Go(func() {
+			if a := h.feedback(fmt.Sprint("r", i), fmt.Sprintf("review %d: %s", i, strings.Repeat("the service was fine and quick ", 9))); a.status != 200 {
+				t.Errorf("status %d: %s", a.status, a.body)
+			}
+		})
+	}
+	wg.Wait()
+	if chat.Rejected() == 0 {
+		t.Fatal("the fake refused nothing: nothing to learn from")
+	}
+	got := h.value(h.metrics(), "hfsent_learnt_tokens_per_minute")
+	t.Logf("%d calls, %d 429s; learnt %.0f tokens/min, the provider's %.0f", chat.Calls(), chat.Rejected(), got, rate*60)
+	if got < rate*60/3 || got > rate*60*3 {
+		t.Fatalf("hfsent_learnt_tokens_per_minute %v, want near %v", got, rate*60)
 	}
 }
