@@ -43,7 +43,9 @@ gold = {r["request_id"]: r["gold"].strip().lower() for r in csv.DictReader(open(
 rows = list(csv.DictReader(open(sys.argv[4], newline="")))
 acc = sum(r["label"].strip().lower() == gold.get(r["request_id"]) for r in rows) / len(rows)
 st = s.get("stages") or []
-share = st[1]["rows"] / s["rows"] if len(st) > 1 else 1.0
+# Sent to stage 2: the rows that reached it, whatever it answered (its
+# "rows" are only those it labelled: a row it failed is sent on all the same).
+share = st[1]["reached"] / s["rows"] if len(st) > 1 else 1.0
 print(f"{sys.argv[3]} {sys.argv[2]} {acc:.3f} {share:.3f} {s['cost_usd'] or 0:.4f}")
 PY
 }

@@ -57,7 +57,7 @@ func addGoldFlags(fs *pflag.FlagSet, o *goldOptions, required bool) {
 
 // runDescription are the flags that describe a run whose results have no
 // sidecar: the ones that change its answers.
-var runDescription = []string{"provider", "model", "endpoint", "labels", "labels-file", "examples", "examples-per-label", "prompt-file", "constrain"}
+var runDescription = []string{"provider", "model", "endpoint", "labels", "labels-file", "examples", "examples-per-label", "examples-text-column", "examples-label-column", "hypothesis-template", "prompt-file", "constrain"}
 
 func newCalibrateCmd(ios *IOStreams, g *globalOptions) *cobra.Command {
 	o := &calibrateOptions{}
@@ -82,8 +82,9 @@ the label map and a hash of the request (the prompt and every parameter
 that changes the answers), read from the file classify keeps beside
 RESULTS (RESULTS.hfsent.json); without one (results on stdout, queue
 export), give the run's --provider, --model, --endpoint, --labels (or
---labels-file, --examples and --examples-per-label), --prompt-file and
---constrain. A run for anything else refuses the file.`,
+--labels-file, --examples with --examples-per-label and its columns;
+--hypothesis-template),
+--prompt-file and --constrain. A run for anything else refuses the file.`,
 		Example: `  hfsent classify sample.csv --provider local --gold-column gold -o sample-results.csv
   hfsent calibrate sample-results.csv --gold sample.csv -o cal.json
   hfsent classify all.csv --provider local --calibration cal.json --review-below 0.8 -o results.csv`,
@@ -110,6 +111,9 @@ export), give the run's --provider, --model, --endpoint, --labels (or
 	fs.StringVar(&o.prov.LabelsFile, "labels-file", "", "without RESULTS.hfsent.json: the run's --labels-file (everything in it is in the request's hash)")
 	fs.StringVar(&o.prov.Examples, "examples", "", "without RESULTS.hfsent.json: the run's --examples")
 	fs.IntVar(&o.prov.ExamplesPerLabel, "examples-per-label", 3, "without RESULTS.hfsent.json: the run's --examples-per-label")
+	fs.StringVar(&o.prov.ExamplesTextColumn, "examples-text-column", stage.ExamplesTextColumn, "without RESULTS.hfsent.json: the run's --examples-text-column")
+	fs.StringVar(&o.prov.ExamplesLabelColumn, "examples-label-column", stage.ExamplesLabelColumn, "without RESULTS.hfsent.json: the run's --examples-label-column")
+	fs.StringVar(&o.prov.HypothesisTemplate, "hypothesis-template", "", "without RESULTS.hfsent.json: the run's --hypothesis-template (its hypotheses are in the request's hash)")
 	addConstrainFlag(fs, &o.prov.Constrain)
 	return cmd
 }

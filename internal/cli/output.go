@@ -2,6 +2,7 @@ package cli
 
 import (
 	"log/slog"
+	"strconv"
 
 	"github.com/hfsent/hfsent/internal/engine"
 	"github.com/hfsent/hfsent/internal/input"
@@ -61,12 +62,17 @@ func openOutput(o *classifyOptions, ios *IOStreams, log *slog.Logger, src *input
 func identity(o *classifyOptions, in inputInfo, src *input.Reader) resume.Identity {
 	d, _ := src.Delimiter()
 	first := o.prov.first()
+	threshold := ""
+	if first.MultiLabel {
+		threshold = strconv.FormatFloat(first.LabelThreshold, 'g', -1, 64)
+	}
 	return resume.Identity{Input: in.name, Provider: first.Provider, Model: first.ModelName(),
 		IDColumn: o.in.idColumn, TextColumn: o.in.textColumn,
 		Delimiter: input.DelimiterName(d), Encoding: src.EncodingName(),
 		InputSize: in.size, InputSHA256: in.digest,
 		Labels: o.run.Labels, LabelMap: o.run.LabelMap, RequestSHA256: o.run.Request,
-		Calibration: o.prov.answers[0].SHA, ReviewBelow: o.qual.reviewBelowText(), Cascade: o.prov.cascadeSHA()}
+		Calibration: o.prov.answers[0].SHA, ReviewBelow: o.qual.reviewBelowText(), Cascade: o.prov.cascadeSHA(),
+		MultiLabel: first.MultiLabel, LabelThreshold: threshold, TopK: first.TopK, LabelSet: first.LabelSetSHA256()}
 }
 
 // checkSideFiles refuses, before anything is written, a --summary-json or

@@ -264,3 +264,66 @@ func TestTopKReusedRowHasItsScores(t *testing.T) {
 		t.Fatalf("%d calls: %v", f.Calls(), rows)
 	}
 }
+
+// --resume asks for the labels as the run it resumes did: with another
+// --top-k (or --multi-label, --label-threshold, label set) the rows kept
+// and the rows written would not match, so it is refused, exit 2 before
+// any call, saying which setting changed and how to go on.
+func TestResumeRefusesChangedLabelSettings(t *testing.T) {
+	f := &fakehf.Fake{Script: func(_ int64, texts []string, _ *http.Request) fakehf.Reply {
+		return fakehf.Reply{Body: `[[{"label":"joy","score":0.7},{"label":"anger","score":0.2},{"label":"fear","score":0.1}]]`}
+	}}
+	srv := fakehf.Start(f)
+	defer srv.Close()
+	in := writeFile(t, "in.csv", csvOf("a", "b", "c"))
+	out := filepath.Join(t.TempDir(), "out.csv")
+	env := map[string]string{"HF_TOKEN": "hf_x"}
+	args := func(extra ...string) []string {
+		return append([]string{"classify", in, "-o", out, "--no-cache", "--endpoint", srv.URL + "/models/{model}"}, extra...)
+	}
+	if r := runMain(t, env, "", args("--top-k", "2")...); r.code != 0 {
+		t.Fatal(r.stderr)
+	}
+	first, _ := os.ReadFile(out)
+	calls := f.Calls()
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--top-k", "3"}, "its labels were asked for with --top-k 2, this run asks --top-k 3 (its rows would not match those already written): give the earlier run's settings (--top-k 2) to resume it; run without --resume to start over"},
+		{nil, "with --top-k 2, this run asks no --top-k"},
+	} {
+		r := runMain(t, env, "", args(append(c.args, "--resume")...)...)
+		if r.code != ExitUsage || !strings.Contains(r.stderr, c.want) {
+			t.Errorf("resume with %v: exit %d, want 2 with %q\n%s", c.args, r.code, c.want, r.stderr)
+		}
+	}
+	if after, _ := os.ReadFile(out); string(after) != string(first) || f.Calls() != calls {
+		t.Fatalf("a refused resume changed the output or made %d calls", f.Calls()-calls)
+	}
+	// The same settings resume it.
+	if r := runMain(t, env, "", args("--top-k", "2", "--resume")...); r.code != 0 || !strings.Contains(r.stderr, "kept=3") {
+		t.Fatalf("resume with the same --top-k: exit %d\n%s", r.code, r.stderr)
+	}
+
+	// A zero-shot run resumed with another label set, or another
+	// hypothesis template, is refused too.
+	zs := &fakehf.Fake{Script: func(_ int64, texts []string, _ *http.Request) fakehf.Reply {
+		return fakehf.Reply{Body: `{"sequence":"x","labels":["bug","billing"],"scores":[0.6,0.4]}`}
+	}}
+	zsSrv := fakehf.Start(zs)
+	defer zsSrv.Close()
+	zsOut := filepath.Join(t.TempDir(), "zs.csv")
+	zsArgs := func(extra ...string) []string {
+		return append([]string{"classify", in, "-o", zsOut, "--no-cache", "--endpoint", zsSrv.URL + "/models/{model}", "--model", "facebook/bart-large-mnli"}, extra...)
+	}
+	if r := runMain(t, env, "", zsArgs("--labels", "bug,billing")...); r.code != 0 {
+		t.Fatal(r.stderr)
+	}
+	for _, extra := range [][]string{{"--labels", "bug,billing,other"}, {"--labels", "bug,billing", "--hypothesis-template", "About {}."}} {
+		r := runMain(t, env, "", zsArgs(append(extra, "--resume")...)...)
+		if r.code != ExitUsage || !strings.Contains(r.stderr, "its labels were asked for with the label set of sha256") {
+			t.Errorf("resume with %v: exit %d\n%s", extra, r.code, r.stderr)
+		}
+	}
+}

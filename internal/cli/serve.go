@@ -282,6 +282,7 @@ func runServe(ctx context.Context, o *serveOptions, ios *IOStreams, log *slog.Lo
 		MaxItems:       o.maxItems,
 		Version:        version,
 		Stage:          o.prov.file != nil,
+		Extra:          o.qual.extra(&o.prov),
 		Logger:         log,
 	})
 	// The bodies and the connections are bounded: so is the heap, and the

@@ -97,6 +97,11 @@ type ZeroShot struct {
 	Template   string
 }
 
+// CheckTemplate checks a hypothesis template (--hypothesis-template): UTF-8,
+// no control character, at most MaxTemplateChars, exactly one {} and no
+// other brace. "" (none) is fine.
+func CheckTemplate(t string) error { return checkTemplate(t) }
+
 // ZeroShot is the set as a zero-shot model's hypotheses. A label's
 // hypothesis is template with {} replaced by the label's description, or
 // by its name when it has none; with no template, it is the description
@@ -155,8 +160,12 @@ func checkTemplate(t string) error {
 		return errors.New("the hypothesis template is not UTF-8")
 	case utf8.RuneCountInString(t) > MaxTemplateChars:
 		return fmt.Errorf("the hypothesis template is over %d characters", MaxTemplateChars)
-	case !strings.Contains(t, "{}"):
-		return fmt.Errorf("the hypothesis template %q has no {} for the label", clip(t))
+	case strings.Count(t, "{}") != 1:
+		return fmt.Errorf("the hypothesis template %q holds {} %d times: it takes exactly one, where the label goes", clip(t), strings.Count(t, "{}"))
+	case strings.ContainsAny(strings.Replace(t, "{}", "", 1), "{}"):
+		// The server fills the template with Python's str.format: any
+		// other brace is a field it fails on, or one it fills.
+		return fmt.Errorf("the hypothesis template %q holds a brace besides its {}: the server would read it as a field of the template", clip(t))
 	}
 	for _, r := range t {
 		if r < 0x20 || (r >= 0x7f && r < 0xa0) {

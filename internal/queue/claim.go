@@ -64,6 +64,12 @@ type Completion struct {
 	// Stage is the --cascade stage that answered (nil: no cascade, or
 	// none asked).
 	Stage *int16
+	// CachedPromptTokens: the part of PromptTokens the server read from
+	// its prompt cache (nil: no usage reported, or not a chat model);
+	// Scores: the answer's scores as JSON, results.JSONScores's (nil:
+	// no --top-k or --multi-label, or no label).
+	CachedPromptTokens *int32
+	Scores             *string
 
 	// Promote is a reservation of this worker's that it started in this
 	// row's place when this row's call ended: the round trip makes it

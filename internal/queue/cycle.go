@@ -149,8 +149,10 @@ func (s *Session) completionArgs(done []Completion) pgx.StrictNamedArgs {
 	pt, ct := make([]*int32, n), make([]*int32, n)
 	cost, cached := make([]*float64, n), make([]bool, n)
 	raw, review, stage := make([]*float64, n), make([]*bool, n), make([]*int16, n)
+	cpt, scores := make([]*int32, n), make([]*string, n)
 	for i, c := range done {
 		raw[i], review[i], stage[i] = c.RawScore, c.Review, c.Stage
+		cpt[i], scores[i] = c.CachedPromptTokens, c.Scores
 		pt[i], ct[i] = c.PromptTokens, c.CompletionTokens
 		cost[i], cached[i] = c.CostUSD, c.Cached
 		seq[i], attempt[i], action[i], oc[i], label[i] = c.Seq, int32(c.Attempt), string(c.Action), c.Outcome, c.Label
@@ -160,7 +162,8 @@ func (s *Session) completionArgs(done []Completion) pgx.StrictNamedArgs {
 	return pgx.StrictNamedArgs{"batch": s.batch.ID, "owner": s.owner,
 		"seq": seq, "attempt": attempt, "action": action, "outcome": oc, "label": label, "score": score, "model": model,
 		"attempts": attempts, "latency_ms": lat, "error": errs, "wait_ms": wait, "total_ms": total, "delay_ms": delay,
-		"prompt_tokens": pt, "completion_tokens": ct, "cost_usd": cost, "cached": cached, "raw_score": raw, "review": review, "stage": stage}
+		"prompt_tokens": pt, "completion_tokens": ct, "cost_usd": cost, "cached": cached, "raw_score": raw, "review": review, "stage": stage,
+		"cached_prompt_tokens": cpt, "scores": scores}
 }
 
 // ceilMs is d in whole milliseconds, rounded up (0 stays 0).

@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math"
 	"time"
@@ -158,40 +159,10 @@ func (db *DB) Export(ctx context.Context, b *Batch, w RowWriter, includeText boo
 		defer rows.Close()
 		buf := make([]results.Row, 0, 512)
 		for rows.Next() {
-			var r results.Row
-			var state, oc string
-			var pt, ct *int32
-			var cost, raw *float64
-			var review *bool
-			var gold *string
-			var stage *int16
-			if err := rows.Scan(&r.RequestID, &state, &oc, &r.Label, &r.Score, &r.Model, &r.Attempts, &r.LatencyMs,
-				&r.Error, &r.QueuedMs, &r.StartedMs, &r.FinishedMs, &r.Text, &pt, &ct, &cost, &r.Cached, &raw, &review, &gold, &stage); err != nil {
+			r, state, err := scanExport(rows)
+			if err != nil {
 				return err
 			}
-			if stage != nil {
-				r.Stage = int(*stage)
-			}
-			r.RawScore, r.Review, r.Gold = math.NaN(), review != nil && *review, ""
-			if raw != nil {
-				r.RawScore = *raw
-			}
-			if gold != nil {
-				r.Gold = *gold
-			}
-			if cost != nil {
-				r.CostUSD, r.Costed = *cost, true
-			}
-			if pt != nil || ct != nil {
-				r.Tokens = true
-				if pt != nil {
-					r.PromptTokens = int(*pt)
-				}
-				if ct != nil {
-					r.CompletionTokens = int(*ct)
-				}
-			}
-			r.Outcome = outcome.Code(oc)
 			if state != "done" {
 				st.Unfinished++
 				r = results.Row{RequestID: r.RequestID, Outcome: outcome.NotAttempted, Attempts: r.Attempts, StartedMs: -1,
@@ -228,6 +199,55 @@ func (db *DB) Export(ctx context.Context, b *Batch, w RowWriter, includeText boo
 	return st, nil
 }
 
+// scanExport reads one row of export.sql into a result and its state.
+func scanExport(rows pgx.Rows) (r results.Row, state string, err error) {
+	var oc string
+	var pt, ct, cpt *int32
+	var cost, raw *float64
+	var review *bool
+	var gold, scores *string
+	var stage *int16
+	if err := rows.Scan(&r.RequestID, &state, &oc, &r.Label, &r.Score, &r.Model, &r.Attempts, &r.LatencyMs,
+		&r.Error, &r.QueuedMs, &r.StartedMs, &r.FinishedMs, &r.Text, &pt, &ct, &cost, &r.Cached, &raw, &review, &gold, &stage,
+		&cpt, &scores); err != nil {
+		return r, "", err
+	}
+	r.Outcome = outcome.Code(oc)
+	if stage != nil {
+		r.Stage = int(*stage)
+	}
+	r.RawScore, r.Review, r.Gold = math.NaN(), review != nil && *review, ""
+	if raw != nil {
+		r.RawScore = *raw
+	}
+	if gold != nil {
+		r.Gold = *gold
+	}
+	if cost != nil {
+		r.CostUSD, r.Costed = *cost, true
+	}
+	if pt != nil || ct != nil {
+		r.Tokens = true
+		if pt != nil {
+			r.PromptTokens = int(*pt)
+		}
+		if ct != nil {
+			r.CompletionTokens = int(*ct)
+		}
+		if cpt != nil {
+			r.CachedPromptTokens = int(*cpt)
+		}
+	}
+	if scores != nil {
+		var js []results.JSONScore
+		if err := json.Unmarshal([]byte(*scores), &js); err != nil {
+			return r, "", fmt.Errorf("request id %q: its scores: %v", r.RequestID, err)
+		}
+		r.Scores = results.FromJSONScores(js)
+	}
+	return r, state, nil
+}
+
 // RowWriter takes the rows an export writes: a results.Writer, or one
 // that also counts them.
 type RowWriter interface {
@@ -235,10 +255,13 @@ type RowWriter interface {
 }
 
 // ExportColumns says what a batch's export holds beyond classify's
-// columns: raw_score, review and stage (when a worker wrote them), and
-// gold labels (when a push named a gold column).
+// columns: raw_score, review, stage, cached_prompt_tokens and scores
+// (when a worker wrote them), and gold labels (when a push named a gold
+// column). The scores are written as the worker kept them (its first
+// --top-k).
 func (db *DB) ExportColumns(ctx context.Context, b *Batch) (extra results.Extra, gold bool, err error) {
-	err = db.Pool.QueryRow(ctx, sqlExportColumns.sql, sqlExportColumns.with(pgx.StrictNamedArgs{"batch": b.ID})).Scan(&extra.RawScore, &extra.Review, &gold, &extra.Stage)
+	err = db.Pool.QueryRow(ctx, sqlExportColumns.sql, sqlExportColumns.with(pgx.StrictNamedArgs{"batch": b.ID})).Scan(&extra.RawScore, &extra.Review, &gold, &extra.Stage,
+		&extra.CachedTokens, &extra.Scores)
 	if err != nil {
 		return extra, false, fmt.Errorf("reading batch %q: %s", b.Name, summarise(err))
 	}

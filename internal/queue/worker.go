@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"log/slog"
 	"math"
@@ -36,7 +37,9 @@ type WorkerConfig struct {
 	PID        int
 	Logger     *slog.Logger
 	// Extra says which of the results' extra columns the worker writes:
-	// raw_score (--calibration) and review (--review-below).
+	// raw_score (--calibration), review (--review-below), stage
+	// (--cascade), cached_prompt_tokens (chat) and scores (--top-k,
+	// --multi-label).
 	Extra results.Extra
 }
 
@@ -237,6 +240,23 @@ func (w *Worker) requeueBackpressure(pause, open time.Duration) {
 	}
 }
 
+// columns fills the completion's later columns: the cached part of the
+// prompt tokens (a chat model's usage) and the answer's scores (--top-k,
+// --multi-label), as classify writes them.
+func (w *Worker) columns(r results.Row, c *Completion) {
+	if w.cfg.Extra.CachedTokens && r.Tokens {
+		v := int32(min(r.CachedPromptTokens, math.MaxInt32))
+		c.CachedPromptTokens = &v
+	}
+	if js := results.JSONScores(r.Scores, w.cfg.Extra.TopK); w.cfg.Extra.Scores && len(js) > 0 {
+		// A JSON array of objects of a string and a number or null:
+		// it always encodes.
+		b, _ := json.Marshal(js)
+		s := string(b)
+		c.Scores = &s
+	}
+}
+
 // completion decides what a finished row does to its queue row.
 func (w *Worker) completion(f finished) Completion {
 	r := f.res
@@ -267,6 +287,7 @@ func (w *Worker) completion(f finished) Completion {
 		stage := int16(min(r.Stage, 1<<15-1))
 		c.Stage = &stage
 	}
+	w.columns(r, &c)
 	if r.StartedMs >= 0 {
 		c.WaitMs = max(0, r.StartedMs-r.QueuedMs)
 		c.TotalMs = max(c.TotalMs, c.WaitMs)

@@ -278,6 +278,45 @@ func FormatScores(scores []LabelScore, k int) string {
 	return b.String()
 }
 
+// JSONScore is one label=score pair of the scores column as JSON (serve's
+// answers, the queue's result.scores): the score rounded as the column
+// rounds it, null when the answer gave the label none.
+type JSONScore struct {
+	Label string   `json:"label"`
+	Score *float64 `json:"score"`
+}
+
+// JSONScores are scores as JSON holds them, the first k of them (k 0:
+// all), as FormatScores writes them; nil for none.
+func JSONScores(scores []LabelScore, k int) []JSONScore {
+	if k > 0 && len(scores) > k {
+		scores = scores[:k]
+	}
+	var out []JSONScore
+	for _, s := range scores {
+		v := JSONScore{Label: s.Label}
+		if !math.IsNaN(s.Score) {
+			sc := RoundScore(s.Score)
+			v.Score = &sc
+		}
+		out = append(out, v)
+	}
+	return out
+}
+
+// FromJSONScores is the inverse of JSONScores: a null score is NaN.
+func FromJSONScores(js []JSONScore) []LabelScore {
+	var out []LabelScore
+	for _, v := range js {
+		s := math.NaN()
+		if v.Score != nil {
+			s = *v.Score
+		}
+		out = append(out, LabelScore{Label: v.Label, Score: s})
+	}
+	return out
+}
+
 // ParseScores reads a scores cell back (FormatScores's); a pair it cannot
 // read is left out. A label holding '=' is read up to its last '='.
 func ParseScores(cell string) []LabelScore {

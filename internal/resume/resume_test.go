@@ -803,6 +803,8 @@ func TestResumeRefusals(t *testing.T) {
 	f.runFresh(t, 4, outcome.UpstreamFailed)
 	other := f.id
 	other.Model = "other"
+	topK := f.id
+	topK.TopK = 3
 	for _, tc := range []struct {
 		name string
 		opts Options
@@ -810,6 +812,7 @@ func TestResumeRefusals(t *testing.T) {
 		want string
 	}{
 		{"another model", Options{Path: f.out, Identity: other, Resume: true}, nil, "--model other"},
+		{"another --top-k", Options{Path: f.out, Identity: topK, Resume: true}, nil, "its labels were asked for with no --top-k, this run asks --top-k 3"},
 		{"no sidecar", f.opts(true), func() { _ = os.Rename(f.out+SidecarSuffix, f.out+".saved") }, "cannot tell which input"},
 		{"more rows than the input", f.opts(true), func() {
 			_ = os.Rename(f.out+".saved", f.out+SidecarSuffix)
@@ -831,4 +834,26 @@ func TestResumeRefusals(t *testing.T) {
 			noLeftovers(t, f.out)
 		})
 	}
+}
+
+// A sidecar written before the label settings were recorded (version 1)
+// says nothing of them: they are not compared.
+func TestResumeOfAVersion1SidecarIgnoresLabelSettings(t *testing.T) {
+	f := newFixture(t, 4)
+	f.runFresh(t, 4, outcome.UpstreamFailed)
+	id, err := readIdentity(f.out + SidecarSuffix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id.Version = 1
+	if err := writeIdentity(osFS{}, f.out+SidecarSuffix, id); err != nil {
+		t.Fatal(err)
+	}
+	cur := f.id
+	cur.TopK, cur.LabelSet = 3, "abc"
+	o, err := Open(Options{Path: f.out, Identity: cur, Resume: true})
+	if err != nil {
+		t.Fatalf("a version 1 sidecar refused: %v", err)
+	}
+	_ = o.Close(nil)
 }

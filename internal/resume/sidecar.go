@@ -45,9 +45,22 @@ type Identity struct {
 	// would mix two cascades' answers. Provider and Model are then its
 	// first stage's.
 	Cascade string `json:"cascade_sha256,omitempty"`
+	// How the labels were asked for, which a resume must ask the same way
+	// (the scores column and the labels of the rows kept would not match
+	// the rest): --multi-label and its --label-threshold ("" without
+	// it), --top-k, and the label set's SHA-256 (stage.LabelSetSHA256:
+	// the label file with --examples' choice, or --labels; with
+	// --hypothesis-template; "" for a model with labels of its own).
+	// Recorded from version 2; a sidecar before it recorded none, and
+	// they are not compared.
+	MultiLabel     bool   `json:"multi_label,omitempty"`
+	LabelThreshold string `json:"label_threshold,omitempty"`
+	TopK           int    `json:"top_k,omitempty"`
+	LabelSet       string `json:"label_set_sha256,omitempty"`
 }
 
-const identityVersion = 1
+// identityVersion 2 records the label settings (MultiLabel, TopK, ...).
+const identityVersion = 2
 
 // mismatch says how prev (the sidecar of the existing output) differs from
 // cur (this run), or "" when the output may be resumed.
@@ -65,6 +78,8 @@ func (cur Identity) mismatch(prev Identity) string {
 		return fmt.Sprintf("it was written with --id-column %q --text-column %q", prev.IDColumn, prev.TextColumn)
 	case prev.Cascade != cur.Cascade:
 		return fmt.Sprintf("it was written with %s, this run has %s", prev.cascade(), cur.cascade())
+	case prev.Version >= 2 && cur.labelChanges(prev) != "":
+		return cur.labelChanges(prev)
 	case prev.LabelMap != cur.LabelMap || prev.Calibration != cur.Calibration || prev.ReviewBelow != cur.ReviewBelow:
 		return fmt.Sprintf("it was written with %s, this run asks %s", prev.answers(), cur.answers())
 	case cmp.Or(prev.Delimiter, ",") != cmp.Or(cur.Delimiter, ",") || cmp.Or(prev.Encoding, "utf-8") != cmp.Or(cur.Encoding, "utf-8"):
@@ -72,6 +87,48 @@ func (cur Identity) mismatch(prev Identity) string {
 			cmp.Or(prev.Delimiter, ","), cmp.Or(prev.Encoding, "utf-8"), cmp.Or(cur.Delimiter, ","), cmp.Or(cur.Encoding, "utf-8"))
 	}
 	return ""
+}
+
+// labelChanges says which label settings of prev (the earlier run) cur
+// changes, and how to resume: "" when none.
+func (cur Identity) labelChanges(prev Identity) string {
+	var was, now []string
+	note := func(changed bool, p, c string) {
+		if changed {
+			was, now = append(was, p), append(now, c)
+		}
+	}
+	note(prev.MultiLabel != cur.MultiLabel, onOff("--multi-label", prev.MultiLabel), onOff("--multi-label", cur.MultiLabel))
+	note(prev.MultiLabel && cur.MultiLabel && prev.LabelThreshold != cur.LabelThreshold,
+		"--label-threshold "+prev.LabelThreshold, "--label-threshold "+cur.LabelThreshold)
+	note(prev.TopK != cur.TopK, topK(prev.TopK), topK(cur.TopK))
+	note(prev.LabelSet != cur.LabelSet, labelSet(prev.LabelSet), labelSet(cur.LabelSet))
+	if len(was) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("its labels were asked for with %s, this run asks %s (its rows would not match those already written): give the earlier run's settings (%s) to resume it",
+		strings.Join(was, " and "), strings.Join(now, " and "), strings.Join(was, " and "))
+}
+
+func onOff(flag string, on bool) string {
+	if on {
+		return flag
+	}
+	return "no " + flag
+}
+
+func topK(k int) string {
+	if k == 0 {
+		return "no --top-k"
+	}
+	return fmt.Sprintf("--top-k %d", k)
+}
+
+func labelSet(sha string) string {
+	if sha == "" {
+		return "no label set (--labels, --labels-file)"
+	}
+	return fmt.Sprintf("the label set of sha256 %.12s… (--labels, --labels-file, --examples, --hypothesis-template)", sha)
 }
 
 // cascade says which cascade a run had, for a message.

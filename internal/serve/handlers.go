@@ -39,6 +39,25 @@ type feedbackResponse struct {
 	RawScore *float64 `json:"raw_score,omitempty"`
 	Review   *bool    `json:"review,omitempty"`
 	Stage    *int     `json:"stage,omitempty"`
+	// With --top-k or --multi-label, the labels the answer scored (the
+	// results' scores column); for a chat model, the part of the prompt
+	// the server read from its prompt cache (cached_prompt_tokens).
+	Scores             []results.JSONScore `json:"scores,omitempty"`
+	CachedPromptTokens *int                `json:"cached_prompt_tokens,omitempty"`
+}
+
+// columns fills what the run's later results columns add to an answer:
+// scores (--top-k, --multi-label: the first --top-k of them, as the CSV
+// writes) and cached_prompt_tokens (a chat model's, when it reported
+// usage).
+func (s *Server) columns(r results.Row, scores *[]results.JSONScore, cached **int) {
+	if s.cfg.Extra.Scores {
+		*scores = results.JSONScores(r.Scores, s.cfg.Extra.TopK)
+	}
+	if s.cfg.Extra.CachedTokens && r.Tokens {
+		v := r.CachedPromptTokens
+		*cached = &v
+	}
 }
 
 // quality fills what --calibration, --review-below and --cascade add to an
@@ -88,6 +107,9 @@ type itemResult struct {
 	RawScore   *float64 `json:"raw_score,omitempty"`
 	Review     *bool    `json:"review,omitempty"`
 	Stage      *int     `json:"stage,omitempty"`
+	// As feedbackResponse's.
+	Scores             []results.JSONScore `json:"scores,omitempty"`
+	CachedPromptTokens *int                `json:"cached_prompt_tokens,omitempty"`
 }
 
 // feedback answers POST /feedback-sentiment.
@@ -120,6 +142,7 @@ func (s *Server) feedback(x *exchange) {
 	x.code = string(res.Outcome)
 	resp := feedbackResponse{RequestID: req.RequestID, Label: res.Label, Score: score(res), Model: res.Model}
 	s.quality(res, &resp.RawScore, &resp.Review, &resp.Stage)
+	s.columns(res, &resp.Scores, &resp.CachedPromptTokens)
 	x.json(http.StatusOK, resp)
 }
 
@@ -208,6 +231,7 @@ func (s *Server) classifyItems(x *exchange) {
 func (s *Server) item(r results.Row) itemResult {
 	it := itemResult{RequestID: r.RequestID, Status: r.Status(), Outcome: string(r.Outcome), Attempts: r.Attempts}
 	s.quality(r, &it.RawScore, &it.Review, &it.Stage)
+	s.columns(r, &it.Scores, &it.CachedPromptTokens)
 	if r.Label != "" {
 		l := r.Label
 		it.Label, it.Score = &l, score(r)

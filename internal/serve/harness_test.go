@@ -25,6 +25,7 @@ import (
 	"github.com/hfsent/hfsent/internal/fakehf"
 	"github.com/hfsent/hfsent/internal/provider"
 	"github.com/hfsent/hfsent/internal/resilience"
+	"github.com/hfsent/hfsent/internal/results"
 )
 
 // testToken is planted in the client: it must never reach a caller or a log.
@@ -42,6 +43,9 @@ type setup struct {
 	// fallback, when set, is a second stage the rows go on to when the
 	// provider fails them (what --fallback-model builds).
 	fallback provider.Classifier
+	// topK, when set, asks the model for its topK best labels (--top-k):
+	// the answers carry them as scores.
+	topK int
 }
 
 func defaults() *setup {
@@ -80,13 +84,16 @@ func start(t *testing.T, f *fakehf.Fake, tune ...func(*setup)) *harness {
 	h.provider = fakehf.Start(f)
 	t.Cleanup(h.provider.Close)
 	hf, err := provider.NewHF(provider.HFConfig{Endpoint: h.provider.URL + "/models/{model}", Token: testToken,
-		Concurrency: st.res.Concurrency, Timeout: st.res.Timeout, ConnectTimeout: time.Second})
+		Concurrency: st.res.Concurrency, Timeout: st.res.Timeout, ConnectTimeout: time.Second, TopK: st.topK})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var client provider.Classifier = hf
 	if st.wrap != nil {
 		client = st.wrap(hf)
+	}
+	if st.topK > 0 {
+		st.cfg.Extra = results.Extra{Scores: true, TopK: st.topK}
 	}
 	counters := &resilience.Counters{}
 	m := NewMetrics(counters)

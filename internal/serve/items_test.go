@@ -1,6 +1,7 @@
 package serve
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
@@ -83,5 +84,46 @@ func TestItemsRefusedWhole(t *testing.T) {
 	m := h.metrics()
 	if v := h.value(m, "hfsent_outcomes_total", "route", PathClassify, "outcome", "local_capacity"); v != 20 {
 		t.Fatalf("local_capacity texts counted %v, want 20", v)
+	}
+}
+
+// With --top-k 2, an answer carries the model's two best labels and their
+// scores, best first, as a list of {label, score} (the results' scores
+// column as JSON), in /v1/classify's items and /feedback-sentiment's
+// answer; an item with no label has none. The document describes them.
+func TestScoresWithTopK(t *testing.T) {
+	f := &fakehf.Fake{Script: func(_ int64, texts []string, _ *http.Request) fakehf.Reply {
+		return fakehf.Reply{Body: `[[{"label":"joy","score":0.70004},{"label":"anger","score":0.2},{"label":"fear","score":0.1}]]`}
+	}}
+	h := start(t, f, func(s *setup) { s.topK = 2 })
+	d := loadOpenAPI(t, h)
+	want := `[{"label":"joy","score":0.7},{"label":"anger","score":0.2}]`
+	a := h.post(PathClassify, map[string]any{"items": []any{
+		map[string]any{"request_id": "a", "text": "lovely staff"}, map[string]any{"request_id": "b", "text": " "}}})
+	d.checkAnswer(PathClassify, "POST", a)
+	var got struct {
+		Results []struct {
+			Outcome string          `json:"outcome"`
+			Scores  json.RawMessage `json:"scores"`
+		} `json:"results"`
+	}
+	if err := json.Unmarshal(a.body, &got); err != nil || len(got.Results) != 2 {
+		t.Fatalf("%d %s", a.status, a.body)
+	}
+	if string(got.Results[0].Scores) != want || got.Results[1].Outcome != "invalid_input" || got.Results[1].Scores != nil {
+		t.Errorf("scores %s and %s; want %s and none", got.Results[0].Scores, got.Results[1].Scores, want)
+	}
+	if !strings.Contains(string(f.Bodies()[0]), `"top_k":2`) {
+		t.Errorf("the model was not asked for its 2 best: %s", f.Bodies()[0])
+	}
+	one := h.feedback("c", "lovely staff too")
+	d.checkAnswer(PathFeedback, "POST", one)
+	if !strings.Contains(string(one.body), `"scores":`+want) {
+		t.Errorf("/feedback-sentiment: %s", one.body)
+	}
+	// Without --top-k there is no scores field.
+	plain := start(t, &fakehf.Fake{})
+	if b := plain.feedback("d", "fine").body; strings.Contains(string(b), "scores") {
+		t.Errorf("without --top-k: %s", b)
 	}
 }

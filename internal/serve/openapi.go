@@ -82,9 +82,6 @@ func (s *Server) document() []byte {
 				"description": "the text to classify; not blank, at most --max-chars characters"},
 		},
 	}
-	rawScore := obj{"type": "number", "minimum": 0, "maximum": 1, "description": "with --calibration: the model's own score, rounded to 4 places (score is then the calibrated probability that the label is right); absent when the model gave none"}
-	review := obj{"type": "boolean", "description": "with --review-below: true when score is under it, or there is none"}
-	stage := obj{"type": "integer", "minimum": 1, "description": "with --cascade: the number of the stage that answered (or where the request ended)"}
 	schemas["FeedbackResponse"] = obj{
 		"type": "object", "additionalProperties": false, "required": []string{"request_id", "label", "score", "model"},
 		"properties": obj{
@@ -92,11 +89,9 @@ func (s *Server) document() []byte {
 			"label":      obj{"type": "string", "description": "the model's highest-scoring label, e.g. POSITIVE"},
 			"score":      obj{"type": []string{"number", "null"}, "minimum": 0, "maximum": 1, "description": "rounded to 4 places; null when the model gave no probability (a chat model without logprobs)"},
 			"model":      obj{"type": "string", "description": "the model that answered: --fallback-model's id, or a later --cascade stage's, when it did"},
-			"raw_score":  rawScore,
-			"review":     review,
-			"stage":      stage,
 		},
 	}
+	addOptional(schemas["FeedbackResponse"].(obj)["properties"].(obj))
 	schemas["ClassifyRequest"] = obj{
 		"type": "object", "additionalProperties": false, "required": []string{"items"},
 		"properties": obj{
@@ -123,11 +118,9 @@ func (s *Server) document() []byte {
 			"latency_ms":  obj{"type": []string{"integer", "null"}, "description": "from the first call to the answer; null when never sent"},
 			"error":       obj{"type": []string{"string", "null"}, "description": "a short safe message; null on success"},
 			"retry_after": obj{"type": []string{"integer", "null"}, "minimum": 1, "description": "seconds, for a 503 status"},
-			"raw_score":   rawScore,
-			"review":      review,
-			"stage":       stage,
 		},
 	}
+	addOptional(schemas["ItemResult"].(obj)["properties"].(obj))
 	schemas["ClassifyResponse"] = obj{
 		"type": "object", "additionalProperties": false, "required": []string{"results"},
 		"properties": obj{"results": obj{"type": "array", "items": ref("ItemResult"),
@@ -218,4 +211,22 @@ func (s *Server) document() []byte {
 		panic(fmt.Sprintf("encoding the OpenAPI document: %v", err))
 	}
 	return append(b, '\n')
+}
+
+// addOptional adds to an answer's properties the fields that flags add
+// (the results' extra columns): each is there only when its flag is on.
+func addOptional(props map[string]any) {
+	type obj = map[string]any
+	props["raw_score"] = obj{"type": "number", "minimum": 0, "maximum": 1, "description": "with --calibration: the model's own score, rounded to 4 places (score is then the calibrated probability that the label is right); absent when the model gave none"}
+	props["review"] = obj{"type": "boolean", "description": "with --review-below: true when score is under it, or there is none"}
+	props["stage"] = obj{"type": "integer", "minimum": 1, "description": "with --cascade: the number of the stage that answered (or where the request ended)"}
+	props["scores"] = obj{"type": "array", "minItems": 1,
+		"description": "with --top-k or --multi-label: the labels the answer scored, best first (the first --top-k of them; with --multi-label every label scored), as the results' scores column; absent when the text got no label",
+		"items": obj{"type": "object", "additionalProperties": false, "required": []string{"label", "score"},
+			"properties": obj{
+				"label": obj{"type": "string"},
+				"score": obj{"type": []string{"number", "null"}, "minimum": 0, "maximum": 1, "description": "rounded to 4 places; null when the answer gave the label none"},
+			}}}
+	props["cached_prompt_tokens"] = obj{"type": "integer", "minimum": 0,
+		"description": "with a chat model: the part of the prompt's tokens the server read from its prompt cache (usage.prompt_tokens_details.cached_tokens or its like); absent when the server reported no usage"}
 }

@@ -53,7 +53,12 @@ type Config struct {
 	Version string
 	// Stage: answers say the stage of the cascade (Pipeline.Stages) that
 	// answered them (--cascade).
-	Stage  bool
+	Stage bool
+	// Extra are the results' extra columns the run fills: answers carry
+	// scores with Extra.Scores (the first Extra.TopK of them when set)
+	// and cached_prompt_tokens with Extra.CachedTokens. Its other fields
+	// are not read here (Stage, Pipeline.Marks say those).
+	Extra  results.Extra
 	Logger *slog.Logger
 }
 

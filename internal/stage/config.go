@@ -65,9 +65,12 @@ type Config struct {
 	LabelsFile          string  // labels-file
 	Examples            string  // examples
 	ExamplesPerLabel    int     // examples-per-label
+	ExamplesTextColumn  string  // examples-text-column
+	ExamplesLabelColumn string  // examples-label-column
 	MultiLabel          bool    // multi-label
 	LabelThreshold      float64 // label-threshold
 	TopK                int     // top-k
+	HypothesisTemplate  string  // hypothesis-template
 
 	Budget Budget
 

@@ -1,6 +1,9 @@
 package stage
 
 import (
+	"cmp"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -12,8 +15,9 @@ import (
 	"github.com/hfsent/hfsent/internal/spend"
 )
 
-// The columns --examples is read by: a labelled CSV of examples has a text
-// column and a label column under these names.
+// The columns --examples is read by by default (--examples-text-column,
+// --examples-label-column): a labelled CSV of examples has a text column
+// and a label column under these names.
 const (
 	ExamplesTextColumn  = "text"
 	ExamplesLabelColumn = "label"
@@ -66,6 +70,30 @@ func (c *Config) Multi() bool { return c.MultiLabel }
 // examples --examples chose), nil without --labels-file or --examples.
 func (c *Config) LabelSet() *labelset.Set { return c.set }
 
+// LabelSetSHA256 is a SHA-256 of the labels the stage asks for, as
+// Validate read them: the label set's digest (labelset.Digest: the label
+// file with the examples --examples chose, or --labels as a set), with
+// --hypothesis-template; "" when it asks for none (a model with labels of
+// its own). A resume compares it.
+func (c *Config) LabelSetSHA256() string {
+	set := c.set
+	if set == nil {
+		if len(c.labels) == 0 {
+			return ""
+		}
+		var err error
+		if set, err = labelset.FromNames(c.labels); err != nil {
+			return "" // not reached: Validate read them
+		}
+	}
+	d := set.Digest()
+	if c.HypothesisTemplate == "" {
+		return d
+	}
+	sum := sha256.Sum256([]byte(d + "\x00hypothesis_template\x00" + c.HypothesisTemplate))
+	return hex.EncodeToString(sum[:])
+}
+
 // System is the fixed part of a chat prompt the label set renders ("":
 // none, the default instruction).
 func (c *Config) System() string { return c.system }
@@ -76,9 +104,19 @@ func (c *Config) System() string { return c.system }
 // rendered (System), a zero-shot model its descriptions as hypotheses.
 func (c *Config) readLabelSet(kind provider.Kind) error {
 	fileGiven, exGiven := c.LabelsFile != "", c.Examples != ""
+	if err := c.checkHypothesisTemplate(kind); err != nil {
+		return err
+	}
 	switch {
-	case c.given("examples-per-label") && !exGiven:
-		return errors.New("--examples-per-label needs --examples FILE.csv: the examples to choose from")
+	case !exGiven && (c.given("examples-per-label") || c.given("examples-text-column") || c.given("examples-label-column")):
+		return errors.New("--examples-per-label, --examples-text-column and --examples-label-column need --examples FILE.csv: the examples to choose from")
+	case !fileGiven && !exGiven && c.HypothesisTemplate != "" && kind.Remote:
+		// --labels alone, put in the template.
+		set, err := labelset.FromNames(c.labels)
+		if err != nil {
+			return err
+		}
+		return c.zeroShot(set)
 	case !fileGiven && !exGiven:
 		return nil
 	case fileGiven && c.given("labels"):
@@ -109,13 +147,49 @@ func (c *Config) readLabelSet(kind provider.Kind) error {
 		c.system = set.System(c.instruction())
 		return nil
 	}
-	z, err := set.ZeroShot("")
+	return c.zeroShot(set)
+}
+
+// zeroShot makes the set a zero-shot model's hypotheses: its descriptions,
+// put in --hypothesis-template when it is given.
+func (c *Config) zeroShot(set *labelset.Set) error {
+	z, err := set.ZeroShot(c.HypothesisTemplate)
 	if err != nil {
+		if c.LabelsFile == "" {
+			return fmt.Errorf("--hypothesis-template: %v", err)
+		}
 		return fmt.Errorf("--labels-file %s: %v", c.LabelsFile, err)
 	}
 	c.hypotheses, c.template = nil, ""
 	if z.Template != "" {
 		c.hypotheses, c.template = z.Candidates, z.Template
+	}
+	return nil
+}
+
+// checkHypothesisTemplate refuses --hypothesis-template where no zero-shot
+// model reads it, and a template the server would misread (see
+// labelset.CheckTemplate). The embedded model ignores it, as it ignores
+// every remote setting (Ignored).
+func (c *Config) checkHypothesisTemplate(kind provider.Kind) error {
+	if !c.given("hypothesis-template") && c.HypothesisTemplate == "" {
+		return nil
+	}
+	switch {
+	case !kind.Remote:
+		return nil
+	case kind.Chat:
+		return errors.New("--hypothesis-template is for a zero-shot model (--provider hf with --labels or --labels-file): a chat model is sent the labels themselves")
+	case kind.Endpoint != "":
+		return fmt.Errorf("--hypothesis-template is not for --provider %s: its server takes no candidate labels", kind.Name)
+	case !c.given("labels") && c.LabelsFile == "":
+		return errors.New("--hypothesis-template needs the labels of a zero-shot model: give --labels a,b,... or --labels-file FILE (a text-classification model has labels of its own)")
+	}
+	if err := labelset.CheckTemplate(c.HypothesisTemplate); err != nil {
+		return fmt.Errorf("--hypothesis-template: %v", err)
+	}
+	if c.HypothesisTemplate == "" {
+		return errors.New("--hypothesis-template is empty: give a sentence with {} where the label goes, or leave the flag out")
 	}
 	return nil
 }
@@ -173,10 +247,11 @@ func (c *Config) readExamples(set *labelset.Set) (*labelset.Set, error) {
 		return nil, fmt.Errorf("--examples: cannot read %s: %v", c.Examples, unwrapPathError(err))
 	}
 	defer f.Close()
+	text, label := cmp.Or(c.ExamplesTextColumn, ExamplesTextColumn), cmp.Or(c.ExamplesLabelColumn, ExamplesLabelColumn)
 	out, _, err := labelset.ReadExamples(f, set, labelset.ExamplesOptions{
-		Input:       input.Options{Name: c.Examples, TextColumn: ExamplesTextColumn},
-		LabelColumn: ExamplesLabelColumn,
-		TextFlag:    "a column " + ExamplesTextColumn, LabelFlag: "a column " + ExamplesLabelColumn,
+		Input:       input.Options{Name: c.Examples, TextColumn: text},
+		LabelColumn: label,
+		TextFlag:    "--examples-text-column", LabelFlag: "--examples-label-column",
 		PerLabel: c.ExamplesPerLabel,
 	})
 	if err != nil {

@@ -254,7 +254,8 @@ func (c *Config) readPrompt() error {
 // and the policies around it read: --provider local ignores them.
 var remoteFlags = []string{"model", "endpoint", "adaptive", "rps", "burst", "timeout", "connect-timeout", "retries",
 	"breaker-threshold", "breaker-window", "breaker-min-calls", "breaker-cooldown", "fallback-model", "fallback-endpoint", "bill-to",
-	"labels", "prompt-file", "token-env", "tpm", "constrain", "labels-file", "examples", "examples-per-label"}
+	"labels", "prompt-file", "token-env", "tpm", "constrain", "labels-file", "examples", "examples-per-label",
+	"hypothesis-template", "examples-text-column", "examples-label-column"}
 
 // Ignored lists the settings given that this provider ignores (the
 // embedded model reads none of the remote ones), as --flags.

@@ -16,9 +16,10 @@ with done as (
 	select * from unnest(@seq::bigint[], @attempt::int[], @action::text[], @outcome::text[], @label::text[], @score::float8[],
 	                     @model::text[], @attempts::int[], @latency_ms::bigint[], @error::text[], @wait_ms::bigint[],
 	                     @total_ms::bigint[], @delay_ms::bigint[], @prompt_tokens::int[], @completion_tokens::int[],
-	                     @cost_usd::float8[], @cached::bool[], @raw_score::float8[], @review::bool[], @stage::smallint[])
+	                     @cost_usd::float8[], @cached::bool[], @raw_score::float8[], @review::bool[], @stage::smallint[],
+	                     @cached_prompt_tokens::int[], @scores::text[])
 	  as done(seq, attempt, action, outcome, label, score, model, attempts, latency_ms, error, wait_ms, total_ms, delay_ms,
-	          prompt_tokens, completion_tokens, cost_usd, cached, raw_score, review, stage)
+	          prompt_tokens, completion_tokens, cost_usd, cached, raw_score, review, stage, cached_prompt_tokens, scores)
 ),
 written as (
 	-- The fence: state, owner, attempt.
@@ -41,7 +42,7 @@ queued as (
 saved as (
 	insert into hfsent.result as r (batch_id, seq, outcome, label, score, model, attempts, claims, latency_ms, error,
 	                                queued_ms, started_ms, finished_ms, finished_at, worker, prompt_tokens, completion_tokens,
-	                                cost_usd, cached, raw_score, review, stage)
+	                                cost_usd, cached, raw_score, review, stage, cached_prompt_tokens, scores)
 	select @batch, done.seq, done.outcome, done.label, done.score, done.model,
 	       -- The provider calls of every claim of the row: those of the
 	       -- results before (prior), one for each claim since that wrote
@@ -63,7 +64,12 @@ saved as (
 	       done.cached,
 	       -- --calibration's raw score, --review-below's flag and the
 	       -- --cascade stage that answered (null without them).
-	       done.raw_score, done.review, done.stage
+	       done.raw_score, done.review, done.stage,
+	       -- The cached part of the prompt tokens, summed as they are;
+	       -- the answer's scores (a JSON array, sent as text).
+	       case when coalesce(prior.cached_prompt_tokens, done.cached_prompt_tokens) is not null
+	            then coalesce(prior.cached_prompt_tokens, 0) + coalesce(done.cached_prompt_tokens, 0) end,
+	       done.scores::jsonb
 	-- The earlier result is looked up by its key, row by row: joined
 	-- plainly, the cached generic plan (made while the table was nearly
 	-- empty, so a batch's results looked like one row) walked every result
@@ -72,7 +78,7 @@ saved as (
 	-- flattening the subquery back into that join.
 	from done join queued on queued.seq = done.seq
 	left join lateral (
-		select p.attempts, p.claims, p.prompt_tokens, p.completion_tokens, p.cost_usd from hfsent.result p
+		select p.attempts, p.claims, p.prompt_tokens, p.completion_tokens, p.cost_usd, p.cached_prompt_tokens from hfsent.result p
 		where p.batch_id = @batch and p.seq = done.seq
 		offset 0
 	) prior on true
@@ -84,7 +90,7 @@ saved as (
 		finished_at = excluded.finished_at, worker = excluded.worker,
 		prompt_tokens = excluded.prompt_tokens, completion_tokens = excluded.completion_tokens,
 		cost_usd = excluded.cost_usd, cached = excluded.cached, raw_score = excluded.raw_score, review = excluded.review,
-		stage = excluded.stage
+		stage = excluded.stage, cached_prompt_tokens = excluded.cached_prompt_tokens, scores = excluded.scores
 )
 select seq from written
 union all
