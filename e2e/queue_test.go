@@ -294,8 +294,8 @@ func (m *meter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // threeUnderCapOf6 pushes rows into batch under --global-cap 6 (and the
 // push flags given), runs three workers of -c 4 against a 20 ms fake until
 // the batch is done, and checks that each exited 0 and that the provider
-// saw at most 6 calls at once, and at least 5 (the cap was tested).
-func threeUnderCapOf6(t *testing.T, db, batch string, rows [][3]string, pushFlags ...string) (*meter, []*worker) {
+// saw at most 6 calls at once, and at least least (the caps were tested).
+func threeUnderCapOf6(t *testing.T, db, batch string, rows [][3]string, least int, pushFlags ...string) (*meter, []*worker) {
 	t.Helper()
 	m, srv := newMeter(&fakehf.Fake{Latency: 20 * time.Millisecond, NoRecord: true})
 	t.Cleanup(srv.Close)
@@ -312,8 +312,8 @@ func threeUnderCapOf6(t *testing.T, db, batch string, rows [][3]string, pushFlag
 	if m.max > 6 {
 		t.Fatalf("the provider saw %d calls at once; the global cap is 6", m.max)
 	}
-	if m.max < 5 {
-		t.Fatalf("the provider saw at most %d calls at once: the cap of 6 was never approached, so not tested", m.max)
+	if m.max < least {
+		t.Fatalf("the provider saw at most %d calls at once, want at least %d: the caps were never approached, so not tested", m.max, least)
 	}
 	return m, ws
 }
@@ -325,7 +325,10 @@ func threeUnderCapOf6(t *testing.T, db, batch string, rows [][3]string, pushFlag
 func TestQueueCapsAcrossWorkers(t *testing.T) {
 	db := pgtest.URL(t)
 	rows := append(append(clientRows("big1", 500), clientRows("big2", 500)...), clientRows("small", 5)...)
-	m, _ := threeUnderCapOf6(t, db, "caps", rows, "--client-column", "client", "--client-cap", "2")
+	// Once the small client's 5 rows are done, the two big ones at their
+	// client cap of 2 are 4 calls: above that only while the small one's
+	// rows are out (CI once saw 4 at most).
+	m, _ := threeUnderCapOf6(t, db, "caps", rows, 4, "--client-column", "client", "--client-cap", "2")
 	for c, n := range m.maxPer {
 		if n > 2 {
 			t.Fatalf("client %s had %d calls at once; the client cap is 2", c, n)
@@ -519,7 +522,7 @@ func TestQueueSharedCooldown(t *testing.T) {
 func TestQueueGlobalCapWithReservations(t *testing.T) {
 	db := pgtest.URL(t)
 	rows := clientRows("one", 600)
-	_, ws := threeUnderCapOf6(t, db, "swap", rows)
+	_, ws := threeUnderCapOf6(t, db, "swap", rows, 5)
 	if n := swapped(t, ws); n < len(rows)/2 {
 		t.Fatalf("only %d of %d rows started in a finished row's place: the reservations were not tested", n, len(rows))
 	}

@@ -98,7 +98,22 @@ func CheckName(name string) error {
 }
 
 // Store is the budgets in a database.
-type Store struct{ pool *pgxpool.Pool }
+type Store struct {
+	pool *pgxpool.Pool
+	// afterLock, when set (tests), runs between a renewal's two round
+	// trips, while it holds the budget row: where a member stopped
+	// (SIGSTOP) holds it.
+	afterLock func()
+}
+
+// renewIdleTimeout ends a renewal's session when it sits inside its
+// transaction, holding the budget row, longer than this between its two
+// round trips: a member stopped (SIGSTOP) or cut off there would hold the
+// row, and every other member's renewal would wait behind it, their leases
+// lapsing one by one (CI: a fleet on its safe shares, a killed member's row
+// not reclaimed). Ending the session releases the row; the member's
+// session lock, on its own connection, is not touched.
+const renewIdleTimeout = time.Second
 
 // NewStore uses pool (the queue's: the schema is migrated with it).
 func NewStore(pool *pgxpool.Pool) *Store { return &Store{pool: pool} }
@@ -307,6 +322,7 @@ func (s *Store) Renew(ctx context.Context, budget string, r Report) (Renewal, er
 	claims := []Claim{}
 	b := &pgx.Batch{}
 	b.Queue("begin")
+	b.Queue(fmt.Sprintf("set local idle_in_transaction_session_timeout = %d", renewIdleTimeout.Milliseconds()))
 	b.Queue(sqlLockBudget, pgx.StrictNamedArgs{"budget": budget}).Query(func(rows pgx.Rows) error {
 		_, err := pgx.ForEachRow(rows, []any{&out.Cap, &out.RPS, &floor, &paused, &open, &out.OpenBy}, func() error {
 			found = true
@@ -333,6 +349,9 @@ func (s *Store) Renew(ctx context.Context, budget string, r Report) (Renewal, er
 		_, _ = conn.Exec(ctx, "rollback")
 		done = true
 		return out, fmt.Errorf("%w %s (dropped?)", ErrNoBudget, strconv.Quote(budget))
+	}
+	if s.afterLock != nil {
+		s.afterLock()
 	}
 	me := len(claims)
 	claims = append(claims, Claim{ID: r.Member, Kind: r.Kind, Max: r.Max, Demand: r.Demand, Live: true})

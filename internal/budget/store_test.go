@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/hfsent/hfsent/internal/queue"
 	"github.com/hfsent/hfsent/internal/queue/pgtest"
 	"github.com/hfsent/hfsent/internal/resilience"
@@ -251,5 +253,49 @@ func TestPauseAndBreakerReachEveryMember(t *testing.T) {
 	gb.mu.Unlock()
 	if open < 3*time.Second || open > 3*time.Second+ProbeMargin+200*time.Millisecond {
 		t.Fatalf("b is open for %s, want a's 3s plus the probe margin", open)
+	}
+}
+
+// A member stopped between its renewal's two round trips, holding the
+// budget row, does not hold the other members' renewals past the idle
+// timeout: its session is ended, the row released. Before, they waited as
+// long as it was stopped (CI: a whole fleet on its safe shares).
+func TestAStoppedRenewalDoesNotHoldTheOthers(t *testing.T) {
+	other := openStore(t)
+	ctx := context.Background()
+	// Another pool on the same database: a second member.
+	pool, err := pgxpool.New(ctx, other.pool.Config().ConnString())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	stopped := NewStore(pool)
+	if _, _, err := other.Set(ctx, "b", 12, nil, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	locked, release := make(chan struct{}), make(chan struct{})
+	stopped.afterLock = func() { close(locked); <-release }
+	failed := make(chan error, 1)
+	go func() {
+		_, err := stopped.Renew(ctx, "b", report("stopped", KindWorker, 4, 0, 0))
+		failed <- err
+	}()
+	select {
+	case <-locked:
+	case err := <-failed:
+		t.Fatalf("the first renewal ended before it held the row: %v", err)
+	}
+	// Without the timeout the other renewal would wait for the stopped one
+	// as long as it is stopped: released after 5 s, it fails the test.
+	go func() {
+		time.Sleep(5 * time.Second)
+		close(release)
+	}()
+	start := time.Now()
+	if _, err := other.Renew(ctx, "b", report("other", KindWorker, 4, 0, 0)); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took > renewIdleTimeout+2*time.Second {
+		t.Fatalf("a renewal waited %s behind a stopped one, want about %s at most", took, renewIdleTimeout)
 	}
 }
