@@ -749,7 +749,7 @@ func (l *leased) attempt(ctx context.Context, r *Row, c provider.Call) (provider
 	r.wait(waitLease)
 	err := l.slots.waitLease(ctx, r.Stop, r.FailFast)
 	if errors.Is(err, errNoLease) {
-		return provider.Answer{}, l.lapsedError()
+		return provider.Answer{}, lapsedError(l.slots)
 	}
 	if err != nil {
 		return provider.Answer{}, err
@@ -762,8 +762,9 @@ func (l *leased) attempt(ctx context.Context, r *Row, c provider.Call) (provider
 var errNoLease = errors.New("the budget's lease lapsed")
 
 // lapsedError is a row not sent because the budget's lease lapsed, and
-// did not renew before it had to end: local_capacity, saying why the lease
-// lapsed, and to try again in a second (a renewal is due by then).
-func (l *leased) lapsedError() error {
-	return &provider.Error{Outcome: outcome.LocalCapacity, RetryAfter: time.Second, Msg: l.slots.LapseMessage()}
+// did not renew before it had to end (at once for a FailFast row, or at its
+// deadline): local_capacity, saying why the lease lapsed, and to try again
+// in a second (a renewal is due by then).
+func lapsedError(s *Slots) error {
+	return &provider.Error{Outcome: outcome.LocalCapacity, RetryAfter: time.Second, Msg: s.LapseMessage()}
 }

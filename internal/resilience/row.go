@@ -234,7 +234,7 @@ func (g *Guard) end(ctx context.Context, row *rowState, err error) error {
 		return &provider.Error{Outcome: outcome.LocalCapacity,
 			Msg: fmt.Sprintf("not sent: the token limit (%s) had no turn for it before the row's deadline", what)}
 	case waitLease:
-		return &provider.Error{Outcome: outcome.LocalCapacity, RetryAfter: time.Second, Msg: g.slots.LapseMessage()}
+		return lapsedError(g.slots)
 	case waitRate:
 		return &provider.Error{Outcome: outcome.LocalCapacity,
 			Msg: fmt.Sprintf("not sent: the rate limit (--rps %g) had no turn for it before the row's deadline", g.cfg.RPS)}
