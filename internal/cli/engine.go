@@ -76,7 +76,7 @@ func (o *engineOptions) config(prov *providerOptions, cmd string) engine.Config 
 		RowDeadline:   first.RowDeadline,
 		BatchSize:     o.batchSize,
 		Dedupe:        o.dedupe && !o.noDedupe,
-		KeepScores:    prov.anyStage(func(c *stage.Config) bool { return c.MultiLabel || c.TopK > 0 }),
+		KeepScores:    prov.anyStage(writesScores),
 		Advice:        stopAdvice(cmd, first.TokenEnv, first.Provider == "chat"),
 	}
 }

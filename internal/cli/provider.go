@@ -203,6 +203,10 @@ func (o *providerOptions) eachStage(check func(*stage.Config) error) error {
 	return nil
 }
 
+// writesScores: the stage's answers fill the scores column (--top-k,
+// --multi-label).
+func writesScores(c *stage.Config) bool { return c.MultiLabel || c.TopK > 0 }
+
 // anyStage reports whether some stage satisfies is.
 func (o *providerOptions) anyStage(is func(*stage.Config) bool) bool {
 	for _, c := range o.stages {

@@ -135,7 +135,7 @@ func (o *qualityOptions) extra(prov *providerOptions) results.Extra {
 		raw = raw || c.Calibration != ""
 		k, _ := c.Kind()
 		chat = chat || k.Chat
-		scores = scores || c.MultiLabel || c.TopK > 0
+		scores = scores || writesScores(c)
 		topK = max(topK, c.TopK)
 	}
 	// Only a chat model reports usage, and so cached prompt tokens.
