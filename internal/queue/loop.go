@@ -384,7 +384,7 @@ func (l *loop) finish(f finished) {
 	}
 	c := l.w.completion(f)
 	if c.WaitMs >= 0 {
-		ewma(&l.speed.rowMs, float64(c.TotalMs))
+		ewma(&l.speed.rowMs, &l.speed.rows, float64(c.TotalMs))
 	}
 	swappedIn := l.unconfirmed[f.c.Seq]
 	delete(l.unconfirmed, f.c.Seq)
@@ -516,7 +516,7 @@ func (l *loop) tripDone(c cycleDone, back []Claimed) []Claimed {
 	if c.in.Reconcile {
 		l.reconcile = false
 	}
-	ewma(&l.speed.tripMs, float64(c.took)/float64(time.Millisecond))
+	ewma(&l.speed.tripMs, &l.speed.trips, float64(c.took)/float64(time.Millisecond))
 	if l.failStreak > 0 {
 		l.w.log.Info("database reachable again")
 		l.failStreak = 0

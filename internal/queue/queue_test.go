@@ -761,7 +761,7 @@ func TestReservationExpires(t *testing.T) {
 
 // A worker reserves as many rows as its calls finish in eight round trips,
 // at least one and at most its capacity; none where the batch does not
-// reserve or its calls are about as fast as a round trip.
+// reserve or its calls are faster than a round trip.
 func TestReserveTarget(t *testing.T) {
 	one := &Batch{}
 	capped := &Batch{Spec: Spec{ClientColumn: "team", ClientCap: 2}}
@@ -777,12 +777,37 @@ func TestReserveTarget(t *testing.T) {
 		{one, pace{rowMs: 1000, tripMs: 3}, 1, "calls far slower than the database"},
 		{one, pace{rowMs: 2, tripMs: 0.9}, 16, "at most the capacity"},
 		{one, pace{rowMs: 1, tripMs: 3}, 0, "calls faster than a round trip"},
+		{one, pace{rowMs: 5, tripMs: 6}, 0, "calls a little faster than a round trip"},
+		{one, pace{rowMs: 23, tripMs: 12}, 16, "20 ms calls whose round trips slowed for a moment"},
 		{capped, pace{rowMs: 20, tripMs: 3}, 0, "a batch with a client cap"},
 	} {
 		w := NewWorker(&Session{batch: c.b}, WorkerConfig{Capacity: 16})
 		if got := w.reserveTarget(c.p); got != c.want {
 			t.Errorf("%s: reserve %d, want %d", c.about, got, c.want)
 		}
+	}
+}
+
+// The pace settles within a few samples of slow first ones (a worker's
+// first round trips open connections and prepare statements): weighted an
+// eighth from the start, a first round trip of 150 ms still counted for
+// 60 ms after seven of 5 ms, and the reserve stayed off meanwhile.
+func TestPaceSettlesAfterSlowFirstSamples(t *testing.T) {
+	var p pace
+	ewma(&p.tripMs, &p.trips, 150)
+	for range 7 {
+		ewma(&p.tripMs, &p.trips, 5)
+	}
+	if p.tripMs > 10 {
+		t.Fatalf("after a first round trip of 150 ms and seven of 5 ms the pace says %.1f ms; want under 10", p.tripMs)
+	}
+	// Settled, one slow round trip moves it by an eighth.
+	for range 20 {
+		ewma(&p.tripMs, &p.trips, 5)
+	}
+	ewma(&p.tripMs, &p.trips, 85)
+	if p.tripMs < 14 || p.tripMs > 16 {
+		t.Fatalf("one round trip of 85 ms after many of 5 moved the pace to %.1f ms; want 15 (an eighth of the way)", p.tripMs)
 	}
 }
 

@@ -167,19 +167,37 @@ func (w *Worker) run(ctx context.Context, p pipeline, g guard) error {
 }
 
 // pace follows how long a row takes (claim to result) and a round trip
-// takes, to size the reserve.
-type pace struct{ rowMs, tripMs float64 }
-
-func ewma(avg *float64, ms float64) {
-	if *avg == 0 {
-		*avg = ms
-		return
-	}
-	*avg += (ms - *avg) / 8
+// takes, to size the reserve; rows and trips count the samples taken.
+type pace struct {
+	rowMs, tripMs float64
+	rows, trips   int
 }
 
+// ewma moves avg toward ms, the n-th sample (counted here): by a half for
+// the first settle samples, then by an eighth. A worker's first round trips
+// open their connections and prepare their statements, and its first calls
+// open theirs: several times as long as the later ones. Weighted an eighth
+// from the start, a first round trip of 150 ms against rows of 45 ms kept
+// the pace saying the calls were as fast as the database, so the reserve
+// off, for dozens of round trips: a queue of 20 ms calls ran its first
+// second and a half at half its speed (issue 31, item 3).
+func ewma(avg *float64, n *int, ms float64) {
+	*n++
+	switch {
+	case *n == 1:
+		*avg = ms
+	case *n <= settle:
+		*avg += (ms - *avg) / 2
+	default:
+		*avg += (ms - *avg) / 8
+	}
+}
+
+// settle is how many samples of a pace move it by a half.
+const settle = 8
+
 // reserveTarget is how many rows the worker keeps reserved (0 where the
-// batch does not reserve, or its calls take less than two round trips): as
+// batch does not reserve, or its calls take less than a round trip): as
 // many as its calls end in eight round trips, at least one, at most its
 // capacity. A refill asked for may wait for the round trip on its way, and
 // round trips vary far more than their mean (a claim waits for the batch
@@ -197,9 +215,14 @@ func (w *Worker) reserveTarget(p pace) int {
 	if p.rowMs <= 0 || p.tripMs <= 0 {
 		return 1
 	}
-	if p.rowMs < 2*p.tripMs {
-		// Calls about as fast as the database: the round trips are the
+	if p.rowMs < p.tripMs {
+		// Calls faster than the database: the round trips are the
 		// bottleneck, and a reservation only adds a write to each row.
+		// Not below two round trips, as it was: 20 ms calls whose round
+		// trips slowed to 12 ms for a moment (a claim waiting for the batch
+		// row behind the other worker's) had their reserve switched off,
+		// and every row that finished then waited for a round trip to be
+		// replaced (issue 31, item 3).
 		return 0
 	}
 	n := math.Ceil(8 * float64(w.cfg.Capacity) * p.tripMs / p.rowMs)
