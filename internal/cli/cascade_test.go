@@ -358,7 +358,7 @@ func TestCascadeMaxSpendCountsEveryStage(t *testing.T) {
 	in := writeFile(t, "in.csv", b.String())
 	// $100 a million tokens in and out: a chat call costs about half a cent.
 	casc := writeCascade(t, dir, srv.URL, "    concurrency: 1\n")
-	casc = writeFile(t, "dear.yaml", strings.NewReplacer("price-in: 1\n", "price-in: 100\n", "price-out: 2\n", "price-out: 100\n").Replace(mustRead(t, casc)))
+	casc = writeFile(t, "dear.yaml", strings.NewReplacer("price-in: 1\n", "price-in: 100\n", "price-out: 2\n", "price-out: 100\n").Replace(readString(t, casc)))
 	out, sum := filepath.Join(dir, "out.csv"), filepath.Join(dir, "sum.json")
 	r := runMain(t, nil, "", "classify", in, "--cascade", casc, "-o", out, "--summary-json", sum, "--no-cache", "--max-spend", "0.05")
 	s := readSummary(t, sum)
@@ -373,7 +373,7 @@ func TestCascadeMaxSpendCountsEveryStage(t *testing.T) {
 		t.Fatalf("cost: %v\n%s", err, jb)
 	}
 	stopped := 0
-	for _, row := range parseResults(t, mustRead(t, out)) {
+	for _, row := range parseResults(t, readString(t, out)) {
 		if row["outcome"] == "not_attempted" {
 			stopped++
 		}
@@ -381,13 +381,4 @@ func TestCascadeMaxSpendCountsEveryStage(t *testing.T) {
 	if stopped == 0 || chat.Calls() == 0 || chat.Calls() >= n {
 		t.Fatalf("%d rows not_attempted, %d chat calls of %d rows\n%s", stopped, chat.Calls(), n, r.stderr)
 	}
-}
-
-func mustRead(t *testing.T, path string) string {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
 }
