@@ -338,3 +338,47 @@ func TestCascadeStageBudget(t *testing.T) {
 		t.Fatalf("no database: exit %d\n%s", r.code, r.stderr)
 	}
 }
+
+// --max-spend counts every stage's calls: a cascade whose first stage is
+// free (the embedded model) and sends every row on to a priced chat stage
+// stops once the chat stage's spend reaches the limit (exit 1, the rest
+// not_attempted, spent within it). Charged to stage 1 alone (which spends
+// nothing), the run would send every row on and pass the limit.
+func TestCascadeMaxSpendCountsEveryStage(t *testing.T) {
+	chat := &fakehf.Chat{}
+	srv := fakehf.StartChat(chat)
+	defer srv.Close()
+	dir := t.TempDir()
+	const n = 60
+	var b strings.Builder
+	b.WriteString("request_id,text\n")
+	for i := 0; i < n; i++ {
+		fmt.Fprintf(&b, "v%d,The visit is booked for day %d.\n", i, i) // NEUTRAL to the embedded model: sent on
+	}
+	in := writeFile(t, "in.csv", b.String())
+	// $100 a million tokens in and out: a chat call costs about half a cent.
+	casc := writeCascade(t, dir, srv.URL, "    concurrency: 1\n")
+	casc = writeFile(t, "dear.yaml", strings.NewReplacer("price-in: 1\n", "price-in: 100\n", "price-out: 2\n", "price-out: 100\n").Replace(readString(t, casc)))
+	out, sum := filepath.Join(dir, "out.csv"), filepath.Join(dir, "sum.json")
+	r := runMain(t, nil, "", "classify", in, "--cascade", casc, "-o", out, "--summary-json", sum, "--no-cache", "--max-spend", "0.05")
+	s := readSummary(t, sum)
+	if r.code != ExitRowsFailed || s.ExitReason != "max_spend" || !strings.Contains(r.stderr, "--max-spend") {
+		t.Fatalf("exit %d (%s), want 1 max_spend\n%s", r.code, s.ExitReason, r.stderr)
+	}
+	var js struct {
+		CostUSD *float64 `json:"cost_usd"`
+	}
+	jb, _ := os.ReadFile(sum)
+	if err := json.Unmarshal(jb, &js); err != nil || js.CostUSD == nil || *js.CostUSD > 0.05 || *js.CostUSD == 0 {
+		t.Fatalf("cost: %v\n%s", err, jb)
+	}
+	stopped := 0
+	for _, row := range parseResults(t, readString(t, out)) {
+		if row["outcome"] == "not_attempted" {
+			stopped++
+		}
+	}
+	if stopped == 0 || chat.Calls() == 0 || chat.Calls() >= n {
+		t.Fatalf("%d rows not_attempted, %d chat calls of %d rows\n%s", stopped, chat.Calls(), n, r.stderr)
+	}
+}

@@ -1,7 +1,9 @@
 package provider_test
 
 import (
+	"bytes"
 	"encoding/json"
+	"log/slog"
 	"strings"
 	"testing"
 
@@ -153,5 +155,31 @@ func TestChatOtherServersBodyGolden(t *testing.T) {
 	const golden = `{"model":"meta-llama/Llama-3.1-8B-Instruct:cerebras","messages":[{"role":"system","content":"You are a text classifier. Read the user's text and answer with exactly one of these labels, written as given, and nothing else: positive, negative"},{"role":"user","content":"Great stay."}],"temperature":0,"max_tokens":112,"logprobs":true,"top_logprobs":5,"stream":false,"response_format":{"type":"json_schema","json_schema":{"name":"label","strict":true,"schema":{"type":"object","properties":{"label":{"type":"string","enum":["positive","negative"]}},"required":["label"],"additionalProperties":false}}}}`
 	if string(b) != golden {
 		t.Fatalf("body changed:\n%s\nwant it to start\n%s", b, golden)
+	}
+}
+
+// A finish_reason hfsent does not know is logged once and does not fail
+// the row on its own: the answer is read as any other.
+func TestChatUnknownFinishReasonIsLoggedNotFailed(t *testing.T) {
+	f := &fakehf.Chat{Raw: func(fakehf.ChatRequest) string {
+		return `{"choices":[{"message":{"role":"assistant","content":"negative"},"finish_reason":"tool_budget"}],"usage":{"prompt_tokens":10,"completion_tokens":1}}`
+	}}
+	srv := fakehf.StartChat(f)
+	defer srv.Close()
+	var log bytes.Buffer
+	c := newChat(t, srv.URL+"/v1/chat/completions", []string{"positive", "negative"}, func(cfg *provider.ChatConfig) {
+		cfg.Logger = slog.New(slog.NewTextHandler(&log, nil))
+	})
+	for i := 0; i < 2; i++ {
+		ans, err := classifyChat(t, c, "The staff were terrible.")
+		if err != nil {
+			t.Fatalf("call %d: %v, want the answer read", i+1, err)
+		}
+		if p := ans.Predictions[0]; p.Label != "negative" || p.Usage.Prompt != 10 {
+			t.Fatalf("call %d: %+v", i+1, p)
+		}
+	}
+	if n := strings.Count(log.String(), `finish_reason \"tool_budget\"`); n != 1 {
+		t.Fatalf("the unknown finish_reason logged %d times, want once: %s", n, log.String())
 	}
 }
