@@ -294,7 +294,8 @@ func (m *meter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // threeUnderCapOf6 pushes rows into batch under --global-cap 6 (and the
 // push flags given), runs three workers of -c 4 against a 20 ms fake until
 // the batch is done, and checks that each exited 0 and that the provider
-// saw at most 6 calls at once, and at least least (the caps were tested).
+// saw at most 6 calls at once, and at least the given least (so the caps
+// were tested).
 func threeUnderCapOf6(t *testing.T, db, batch string, rows [][3]string, least int, pushFlags ...string) (*meter, []*worker) {
 	t.Helper()
 	m, srv := newMeter(&fakehf.Fake{Latency: 20 * time.Millisecond, NoRecord: true})

@@ -35,6 +35,15 @@ func testFlags(c *Config) *pflag.FlagSet {
 	return fs
 }
 
+// validConfig is a stage that passes Validate: the hf provider, settings
+// in range, none of them given on the command line.
+func validConfig() *Config {
+	c := &Config{Provider: "hf", Model: "m", Concurrency: 8, Timeout: time.Second, ConnectTimeout: time.Second, RowDeadline: time.Minute,
+		Burst: 1, BreakerThreshold: 0.3, BreakerWindow: time.Minute, BreakerMinCalls: 20, BreakerCooldown: time.Minute, Constrain: "auto"}
+	c.Given = func(string) bool { return false }
+	return c
+}
+
 // place is where err says it is: "FILE:LINE".
 func place(err error) string {
 	var ye *yamldoc.Error
@@ -201,12 +210,7 @@ func TestLoadCascadeErrorsNameTheLine(t *testing.T) {
 // A stage's settings are checked as the flags are, and the message names
 // the key; escalate-below needs the stage's calibration.
 func TestStageValidate(t *testing.T) {
-	base := func() *Config {
-		c := &Config{Provider: "hf", Model: "m", Concurrency: 8, Timeout: time.Second, ConnectTimeout: time.Second, RowDeadline: time.Minute,
-			Burst: 1, BreakerThreshold: 0.3, BreakerWindow: time.Minute, BreakerMinCalls: 20, BreakerCooldown: time.Minute, Constrain: "auto"}
-		c.Given = func(string) bool { return false }
-		return c
-	}
+	base := validConfig
 	c := base()
 	if err := c.Validate(); err != nil {
 		t.Fatal(err)

@@ -22,10 +22,10 @@ func TestFlexTimeoutUnlessOneIsGiven(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			given := append([]string{"model", "labels"}, tc.given...)
-			c := &Config{Provider: "chat", Model: "gpt-5-nano", Labels: "positive,negative", ServiceTier: tc.tier,
-				Concurrency: 8, Timeout: 30 * time.Second, ConnectTimeout: time.Second, RowDeadline: time.Minute,
-				Burst: 1, BreakerThreshold: 0.3, BreakerWindow: time.Minute, BreakerMinCalls: 20, BreakerCooldown: time.Minute,
-				Constrain: "auto", Given: func(n string) bool { return slices.Contains(given, n) }}
+			c := validConfig()
+			c.Provider, c.Model, c.Labels, c.ServiceTier = "chat", "gpt-5-nano", "positive,negative", tc.tier
+			c.Timeout = 30 * time.Second
+			c.Given = func(n string) bool { return slices.Contains(given, n) }
 			if err := c.Validate(); err != nil {
 				t.Fatal(err)
 			}
