@@ -54,10 +54,11 @@ g6,fail,positive
 `
 
 type summaryOut struct {
-	ExitCode     int    `json:"exit_code"`
-	ExitReason   string `json:"exit_reason"`
-	QualityShort string `json:"quality_short"`
-	Review       *int64 `json:"review"`
+	ExitCode     int      `json:"exit_code"`
+	ExitReason   string   `json:"exit_reason"`
+	QualityShort string   `json:"quality_short"`
+	Review       *int64   `json:"review"`
+	CostUSD      *float64 `json:"cost_usd"`
 	Quality      *struct {
 		Accuracy  *float64                                       `json:"accuracy"`
 		MacroF1   *float64                                       `json:"macro_f1"`
