@@ -54,7 +54,7 @@ type Options struct {
 
 // queueLen bounds the entries waiting to be written: a put waits when
 // they are this many (the writer commits up to writeBatch at a time).
-const queueLen = 8192
+const queueLen = 4096
 
 // putBits is the Bloom filter's size (1 MiB): three bits a key, taken
 // from the key itself (a SHA-256), a few false positives in a thousand at
@@ -224,11 +224,12 @@ func (c *Cache) Put(k Key, e Entry) {
 // fill's CPU (issue 31). An entry still queued when the process is killed
 // is lost, never half written: the next run asks its row again.
 const (
-	// 8192 a second: at 300,000 rows a fill took 39 s (no lookups: 26 s,
-	// as --no-cache) against 47 s (35 s) at 2048 and 250 ms; each batch
-	// touches most leaves of the entry b-tree once, so bigger batches
-	// write fewer pages an entry.
-	writeBatch = 8192
+	// 4096 a second. A batch touches most leaves of the key index once,
+	// so bigger batches write fewer pages an entry; but the batch and the
+	// queue behind it are held in memory. Since the index holds 13 bytes
+	// an entry (file format 2), 8192 wrote no faster at 300,000 rows and
+	// held 3-4 MiB more of the resident set (issue 31's 60 MiB).
+	writeBatch = 4096
 	writeWait  = time.Second
 	// writeIdle: a queue quiet this long is committed at once.
 	writeIdle = 20 * time.Millisecond

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
 )
 
 // FileName is the cache's file in --cache-dir (with its -wal and -shm
@@ -27,7 +28,7 @@ const FileName = "responses.sqlite"
 // user_version which format; a newer format is refused, never guessed at.
 const (
 	appID      = 0x68667363 // "hfsc"
-	fileFormat = 1
+	fileFormat = 2
 )
 
 // getBatch is how many keys one lookup statement asks for.
@@ -104,7 +105,12 @@ func openDB(ctx context.Context, path, dir string, maxBytes, mmap int64) (*File,
 // when it is not. A file opened empty is only written, in batches that
 // touch most leaves of the entry b-tree, far more than either holds: the
 // smaller cache writes as fast and keeps 1 MiB out of a fill's resident
-// set (issue 31's 300,000 rows at the default flags).
+// set (issue 31's 300,000 rows at the default flags). The WAL is copied
+// back into the file once it holds 4,000 pages (16 MiB), not SQLite's
+// 1,000: a fill's batches rewrite the same index pages, and a page is
+// copied once however many commits wrote it since the last copy (a sixth
+// less CPU in the store on a fill). The file is checkpointed and the WAL
+// removed when the last process closes it.
 func dsn(path string, mmap int64) string {
 	p := filepath.ToSlash(path)
 	if !strings.HasPrefix(p, "/") {
@@ -115,7 +121,7 @@ func dsn(path string, mmap int64) string {
 		pageCache = "-1024"
 	}
 	return "file:" + (&url.URL{Path: p}).EscapedPath() +
-		"?_pragma=busy_timeout(10000)&_pragma=synchronous(NORMAL)&_pragma=mmap_size(" + strconv.FormatInt(mmap, 10) + ")&_pragma=cache_size(" + pageCache + ")&_txlock=immediate"
+		"?_pragma=busy_timeout(10000)&_pragma=wal_autocheckpoint(4000)&_pragma=synchronous(NORMAL)&_pragma=mmap_size(" + strconv.FormatInt(mmap, 10) + ")&_pragma=cache_size(" + pageCache + ")&_txlock=immediate"
 }
 
 // init checks the file is this format's cache, or makes it one when it is
@@ -129,12 +135,12 @@ func (f *File) init(ctx context.Context) error {
 	if err := f.wal(ctx); err != nil {
 		return err
 	}
-	qs := "select key, at, val, sum from entry where key in (?" + strings.Repeat(",?", getBatch-1) + ")"
+	qs := "select key, at, val, sum from entry where " + key8 + " in (?" + strings.Repeat(",?", getBatch-1) + ")"
 	var err error
 	if f.get, err = f.db.PrepareContext(ctx, qs); err != nil {
 		return classify(err)
 	}
-	f.put, err = f.db.PrepareContext(ctx, "insert or replace into entry (key, seq, at, val, sum) values (?, ?, ?, ?, ?)")
+	f.put, err = f.db.PrepareContext(ctx, "insert into entry (seq, key, at, val, sum) values (?, ?, ?, ?, ?)")
 	if err != nil {
 		return classify(err)
 	}
@@ -178,18 +184,30 @@ func (f *File) wal(ctx context.Context) error {
 	}
 }
 
-// schema is the cache's tables: entry by key (one b-tree walk a lookup),
-// seq its place in the order entries were stored (the oldest go first),
-// totals the hits and savings since the file was made.
+// schema is the cache's tables (format 2): entry in the order stored
+// (seq, the rowid: the oldest go first), found through entry_key8, a
+// unique index on the first 8 bytes of the key; totals the hits and
+// savings since the file was made.
+//
+// Format 1 kept entry as a b-tree by the whole key, with the answer in
+// it: keys are hashes, so every batch of a fill landed all over that tree
+// and rewrote most of its pages (a page is written whole to the WAL and
+// again at the checkpoint). At 300,000 rows that was 7 s of CPU beside a
+// provider answering at once (issue 31). Now a batch appends its answers
+// at the tree's end, and only the index, 13 bytes an entry against 190,
+// takes them in key order. Two keys whose first 8 bytes agree (one in
+// millions at a billion entries) share a slot: the newer replaces the
+// older, whose row is then asked again; a lookup compares the whole key,
+// so it is never answered with the other's entry.
 const schema = `
 create table if not exists entry (
-	key blob primary key,
-	seq integer not null,
+	seq integer primary key,
+	key blob not null,
 	at  integer not null,
 	val blob not null,
 	sum blob not null
-) without rowid;
-create index if not exists entry_seq on entry (seq);
+);
+create unique index if not exists entry_key8 on entry (substr(key, 1, 8));
 create table if not exists totals (
 	id integer primary key check (id = 1),
 	hits integer not null, saved_prompt integer not null, saved_completion integer not null,
@@ -197,7 +215,21 @@ create table if not exists totals (
 );
 insert or ignore into totals values (1, 0, 0, 0, 0, 0);
 pragma application_id = 1751544675;
-pragma user_version = 1;
+pragma user_version = 2;
+`
+
+// key8 is the indexed expression: a query must name it exactly so for
+// SQLite to use entry_key8.
+const key8 = "substr(key, 1, 8)"
+
+// upgrade turns a format 1 file into format 2 in the caller's
+// transaction, keeping every entry and its order.
+const upgrade = `
+alter table entry rename to entry_v1;
+drop index if exists entry_seq;
+` + schema + `
+insert or replace into entry (key, at, val, sum) select key, at, val, sum from entry_v1 order by seq;
+drop table entry_v1;
 `
 
 // check reads the file's marks, and makes a new file a cache.
@@ -228,6 +260,11 @@ func (f *File) check(ctx context.Context) error {
 		return fmt.Errorf("%w (format %d; this one reads format %d)", ErrNewer, ver, fileFormat)
 	case app == appID && ver == fileFormat:
 		return nil
+	case app == appID && ver == 1:
+		if _, err := tx.ExecContext(ctx, upgrade); err != nil {
+			return classify(err)
+		}
+		return classify(tx.Commit())
 	case app != 0 || ver != 0 || tables > 0:
 		return ErrForeign // someone's database, with no hfsent mark
 	}
@@ -260,7 +297,7 @@ func (f *File) Get(ctx context.Context, keys []Key) ([]Stored, error) {
 		n := min(len(keys), getBatch)
 		for i := range args {
 			k := keys[min(i, n-1)] // the rest repeat the last: the same answer
-			args[i] = k[:]
+			args[i] = k[:8]
 		}
 		rows, err := f.get.QueryContext(ctx, args...)
 		if err != nil {
@@ -315,7 +352,7 @@ func (f *File) Put(ctx context.Context, entries []Stored) error {
 		slices.SortStableFunc(entries, func(a, b Stored) int { return bytes.Compare(a.Key[:], b.Key[:]) })
 		st := tx.StmtContext(ctx, f.put)
 		for i, e := range entries {
-			if _, err := st.ExecContext(ctx, e.Key[:], seq+1+int64(i), e.AtMs, e.Val, e.Sum); err != nil {
+			if err := f.insert(ctx, tx, st, seq+1+int64(i), e); err != nil {
 				return err
 			}
 			// Checked inside the batch, not after it: a batch of
@@ -329,6 +366,24 @@ func (f *File) Put(ctx context.Context, entries []Stored) error {
 		}
 		return nil
 	})
+}
+
+// insert adds e as the newest entry, in place of any under its key. A
+// plain insert needs no statement journal (SQLite checks the unique index
+// before it writes); "insert or replace" deletes then inserts, and keeps
+// one for every entry: a tenth of a fill's CPU (issue 31). A key already
+// there is rare (a run whose lookup missed it, or damage).
+func (f *File) insert(ctx context.Context, tx *sql.Tx, st *sql.Stmt, seq int64, e Stored) error {
+	_, err := st.ExecContext(ctx, seq, e.Key[:], e.AtMs, e.Val, e.Sum)
+	var se *sqlite.Error
+	if err == nil || !errors.As(err, &se) || se.Code() != sqlite3.SQLITE_CONSTRAINT_UNIQUE {
+		return err
+	}
+	if _, err := tx.ExecContext(ctx, "delete from entry where "+key8+" = ?", e.Key[:8]); err != nil {
+		return err
+	}
+	_, err = st.ExecContext(ctx, seq, e.Key[:], e.AtMs, e.Val, e.Sum)
+	return err
 }
 
 // write runs do in one write transaction, one writer of the process at a
@@ -375,7 +430,7 @@ func fit(ctx context.Context, tx *sql.Tx, maxBytes int64) error {
 func (f *File) Delete(ctx context.Context, keys []Key) error {
 	return f.write(ctx, func(tx *sql.Tx) error {
 		for _, k := range keys {
-			if _, err := tx.ExecContext(ctx, "delete from entry where key = ?", k[:]); err != nil {
+			if _, err := tx.ExecContext(ctx, "delete from entry where "+key8+" = ? and key = ?", k[:8], k[:]); err != nil {
 				return err
 			}
 		}
