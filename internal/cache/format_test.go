@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -132,5 +133,37 @@ func TestKeysSharingAPrefixNeverAnswerEachOther(t *testing.T) {
 	}
 	if st := c.Stats(); st.Damaged != 0 || st.Off {
 		t.Errorf("stats %+v: a twin is not damage", st)
+	}
+}
+
+// TestLookupsUseTheKeyIndex: a lookup, a put and a deletion by key find
+// the entry through entry_key8, never by reading the whole table (the
+// query must name the indexed expression exactly as the index does).
+func TestLookupsUseTheKeyIndex(t *testing.T) {
+	f, err := OpenFile(context.Background(), t.TempDir(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	k := key(1)
+	for _, q := range []string{
+		"select key, at, val, sum from entry where " + key8 + " in (?, ?)",
+		"delete from entry where " + key8 + " = ? and key = ?",
+	} {
+		rows, err := f.db.Query("explain query plan "+q, k[:8], k[:])
+		if err != nil {
+			t.Fatal(err)
+		}
+		var plan string
+		for rows.Next() {
+			var id, parent, unused int
+			var detail string
+			rows.Scan(&id, &parent, &unused, &detail)
+			plan += detail + "; "
+		}
+		rows.Close()
+		if !strings.Contains(plan, "USING INDEX entry_key8") || strings.Contains(plan, "SCAN entry") {
+			t.Errorf("%s: plan %q, want a search of entry_key8", q, plan)
+		}
 	}
 }
