@@ -54,7 +54,7 @@ type Options struct {
 
 // queueLen bounds the entries waiting to be written: a put waits when
 // they are this many (the writer commits up to writeBatch at a time).
-const queueLen = 4096
+const queueLen = 2048
 
 // putBits is the Bloom filter's size (1 MiB): three bits a key, taken
 // from the key itself (a SHA-256), a few false positives in a thousand at
@@ -224,12 +224,13 @@ func (c *Cache) Put(k Key, e Entry) {
 // fill's CPU (issue 31). An entry still queued when the process is killed
 // is lost, never half written: the next run asks its row again.
 const (
-	// 4096 a second. A batch touches most leaves of the key index once,
+	// 2048 a second. A batch touches most leaves of the key index once,
 	// so bigger batches write fewer pages an entry; but the batch and the
 	// queue behind it are held in memory. Since the index holds 13 bytes
-	// an entry (file format 2), 8192 wrote no faster at 300,000 rows and
-	// held 3-4 MiB more of the resident set (issue 31's 60 MiB).
-	writeBatch = 4096
+	// an entry (file format 2), 8192 and 4096 wrote no faster at 300,000
+	// rows and held 6 and 3 MiB more of the resident set (issue 31's
+	// 60 MiB).
+	writeBatch = 2048
 	writeWait  = time.Second
 	// writeIdle: a queue quiet this long is committed at once.
 	writeIdle = 20 * time.Millisecond
