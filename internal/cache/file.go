@@ -195,10 +195,11 @@ func (f *File) wal(ctx context.Context) error {
 // again at the checkpoint). At 300,000 rows that was 7 s of CPU beside a
 // provider answering at once (issue 31). Now a batch appends its answers
 // at the tree's end, and only the index, 13 bytes an entry against 190,
-// takes them in key order. Two keys whose first 8 bytes agree (one in
-// millions at a billion entries) share a slot: the newer replaces the
-// older, whose row is then asked again; a lookup compares the whole key,
-// so it is never answered with the other's entry.
+// takes them in key order. Two keys whose first 8 bytes agree (a chance
+// of about 1 in 37 that any pair does among a billion entries) share a
+// slot: the newer replaces the older, whose row is then asked again; a
+// lookup compares the whole key, so it is never answered with the other's
+// entry.
 const schema = `
 create table if not exists entry (
 	seq integer primary key,
