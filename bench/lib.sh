@@ -11,6 +11,11 @@
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 export PATH="$PATH:/usr/local/go/bin"
 work=$(mktemp -d)
+# The runs' default response cache (and anything else under the user's
+# cache directory) lives in $work, not in ~/.cache/hfsent: runs stay
+# apart, and an earlier build (HFSENT_BIN, BASE_BIN) never meets a cache
+# file that a later one upgraded to a format it refuses.
+export XDG_CACHE_HOME="$work/cache-home"
 fake_pid=""
 db=""
 db_name=""
