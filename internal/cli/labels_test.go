@@ -119,6 +119,16 @@ func TestLabelFileZeroShotHypotheses(t *testing.T) {
 		req.Parameters.Candidates[0] != pos || req.Parameters.Template != "{}" {
 		t.Fatalf("request %s", f.Bodies()[0])
 	}
+	// The file's task and examples are not sent: said once, not in silence.
+	if !strings.Contains(r.stderr, "level=WARN") || strings.Count(r.stderr, "its task and its 3 example(s) are not sent") != 1 {
+		t.Errorf("no warning that the task and the examples are not sent:\n%s", r.stderr)
+	}
+	plain := writeFile(t, "plain.yaml", "labels:\n  - name: positive\n    description: "+pos+"\n  - name: negative\n    description: "+neg+"\n")
+	r = runMain(t, map[string]string{"HF_TOKEN": "hf_x"}, "", "classify", in, "-o", out, "--model", "facebook/bart-large-mnli",
+		"--endpoint", srv.URL+"/models/{model}", "--labels-file", plain)
+	if r.code != 0 || strings.Contains(r.stderr, "WARN") {
+		t.Errorf("a file with nothing left out: exit %d, a warning:\n%s", r.code, r.stderr)
+	}
 }
 
 // A label file that does not parse, an example naming no label, and the

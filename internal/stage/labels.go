@@ -167,6 +167,32 @@ func (c *Config) zeroShot(set *labelset.Set) error {
 	return nil
 }
 
+// zeroShotUnsent says what of the label file a zero-shot model is not
+// sent (its task and examples are for a chat model): a user who wrote
+// them is told once, not left to think they shape the answers. "" when
+// nothing is left out.
+func (c *Config) zeroShotUnsent(kind provider.Kind) string {
+	if kind.Chat || c.set == nil || c.LabelsFile == "" {
+		return ""
+	}
+	n := len(c.set.None)
+	for _, l := range c.set.Labels {
+		n += len(l.Examples)
+	}
+	var parts []string
+	if c.set.Task != "" {
+		parts = append(parts, "its task")
+	}
+	if n > 0 {
+		parts = append(parts, fmt.Sprintf("its %d example(s)", n))
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return "--labels-file " + c.LabelsFile + ": a zero-shot model is sent the labels' descriptions only (its hypotheses); " +
+		strings.Join(parts, " and ") + " are not sent (they are read by --provider chat)"
+}
+
 // checkHypothesisTemplate refuses --hypothesis-template where no zero-shot
 // model reads it, and a template the server would misread (see
 // labelset.CheckTemplate). The embedded model ignores it, as it ignores

@@ -107,6 +107,9 @@ func (c *Config) guard(d Deps, log *slog.Logger, tune []func(*resilience.Config)
 		g, _, err := Build(kind, provider.Spec{}, policies)
 		return g, err
 	}
+	if w := c.zeroShotUnsent(kind); w != "" {
+		log.Warn(w)
+	}
 	tok, err := c.token(d.Getenv)
 	if err != nil {
 		return nil, err
