@@ -449,14 +449,7 @@ func TestServiceTierPricedFromThePricesFile(t *testing.T) {
 	// tier's input and output are in other ratios, so that a tier priced as
 	// a discount on the standard price, or with its input and output
 	// swapped, would show.
-	prices := writeFile(t, "prices.json", `{
-  "tiered-model": {
-    "litellm_provider": "openai", "mode": "chat", "max_input_tokens": 128000,
-    "input_cost_per_token": 1.0e-06, "output_cost_per_token": 4.0e-06,
-    "input_cost_per_token_flex": 3.0e-07, "output_cost_per_token_flex": 1.7e-06,
-    "input_cost_per_token_priority": 2.1e-06, "output_cost_per_token_priority": 9.0e-06
-  }
-}`)
+	prices := writeFile(t, "prices.json", tieredPrices)
 	// By hand: standard 1000×1.0e-6 + 200×4.0e-6 = 0.0018; flex
 	// 1000×0.3e-6 + 200×1.7e-6 = 0.00064; priority 1000×2.1e-6 +
 	// 200×9.0e-6 = 0.0039. At the standard price all four would be 0.0072.
@@ -496,5 +489,56 @@ func TestServiceTierPricedFromThePricesFile(t *testing.T) {
 	}
 	if !strings.Contains(r.stderr, " cost_usd=0.00698") {
 		t.Errorf("summary line, want cost_usd=0.00698: %s", r.stderr)
+	}
+}
+
+// tieredPrices prices tiered-model at each service tier, in LiteLLM's
+// format (its *_cost_per_token_flex and _priority fields).
+const tieredPrices = `{
+  "tiered-model": {
+    "litellm_provider": "openai", "mode": "chat", "max_input_tokens": 128000,
+    "input_cost_per_token": 1.0e-06, "output_cost_per_token": 4.0e-06,
+    "input_cost_per_token_flex": 3.0e-07, "output_cost_per_token_flex": 1.7e-06,
+    "input_cost_per_token_priority": 2.1e-06, "output_cost_per_token_priority": 9.0e-06
+  }
+}`
+
+// --dry-run prices its estimate at the tier --service-tier asks for (it
+// has no answer to say which tier served it): a flex run is not
+// overstated, nor a priority run understated. The same estimate of tokens
+// at each tier's prices, by hand from the line's own token counts.
+func TestDryRunPricesTheRequestedTier(t *testing.T) {
+	srv := fakehf.StartChat(&fakehf.Chat{})
+	defer srv.Close()
+	prices := writeFile(t, "prices.json", tieredPrices)
+	in := writeFile(t, "in.csv", "request_id,text\n1,good service\n2,a long wait and a rude reply\n")
+	field := func(line, name string) float64 {
+		i := strings.Index(line, " "+name+"=")
+		if i < 0 {
+			t.Fatalf("no %s in %q", name, line)
+		}
+		var v float64
+		fmt.Sscan(strings.Fields(line[i+len(name)+2:])[0], &v)
+		return v
+	}
+	for _, c := range []struct {
+		tier    string
+		in, out float64
+	}{{"", 1.0e-6, 4.0e-6}, {"auto", 1.0e-6, 4.0e-6}, {"flex", 3.0e-7, 1.7e-6}, {"priority", 2.1e-6, 9.0e-6}} {
+		args := []string{"classify", in, "--dry-run", "--no-cache", "--token-env", "OPENAI_API_KEY", "--provider", "chat",
+			"--model", "tiered-model", "--endpoint", srv.URL + "/v1/chat/completions", "--labels", "positive,negative", "--prices", prices}
+		if c.tier != "" {
+			args = append(args, "--service-tier", c.tier)
+		}
+		r := runMain(t, map[string]string{"OPENAI_API_KEY": "sk-test"}, "", args...)
+		line := r.stdout + r.stderr
+		if r.code != 0 || !strings.Contains(line, "dry_run ") {
+			t.Fatalf("--service-tier %q: exit %d: %s", c.tier, r.code, line)
+		}
+		line = line[strings.Index(line, "dry_run "):]
+		p, q, got := field(line, "prompt_tokens"), field(line, "completion_tokens"), field(line, "cost_usd")
+		if want := p*c.in + q*c.out; p <= 0 || got < want*0.999 || got > want*1.001 {
+			t.Errorf("--service-tier %q: cost_usd %v for %v prompt and %v completion tokens, want %v", c.tier, got, p, q, want)
+		}
 	}
 }

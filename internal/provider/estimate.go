@@ -70,6 +70,12 @@ func (c *Chat) EstimateUsage(text string) (expected, bound Usage) {
 		expected.Completion = min(expected.Completion, req.MaxTokens)
 	}
 	expected.Known, bound.Known = true, true
+	// Priced at the tier asked for (--service-tier flex or priority): the
+	// answer says which tier served it, and a dry run or a spending
+	// limit's reservation has only the request to go on ("auto" and
+	// "default": the standard price).
+	expected.Tier = tierOf(c.cfg.ServiceTier)
+	bound.Tier = expected.Tier
 	return expected, bound
 }
 
