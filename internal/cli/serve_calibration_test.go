@@ -171,15 +171,20 @@ type serveAnswer struct {
 	RawScore  *float64 `json:"raw_score"`
 }
 
-// calTexts are texts the scripted fake answers with the label and raw
-// score they name, and the score --calibration makes of it by hand from
-// the map [[0.5, 1/7], [0.9, 3/14]] (fitServeCalibration).
-var calTexts = []struct {
+// calText is a text the scripted fake answers with the label and raw
+// score it names, and want the score --calibration makes of that raw one.
+type calText struct {
 	id, text  string
 	label     string
 	raw, want float64
-}{
-	{"s1", "LABEL_1 0.90 s1", "LABEL_1", 0.9, 3.0 / 14},                             // at a point: 0.2143
+}
+
+// calTexts' wants are worked out by hand from the map [[0.5, 1/7],
+// [0.9, 3/14]] (fitServeCalibration): linear between the points, the end
+// value beyond them.
+var calTexts = []calText{
+	{"fb", "LABEL_1 0.90 fb", "LABEL_1", 0.9, 3.0 / 14},                             // at a point: 0.2143
+	{"s1", "LABEL_1 0.90 s1", "LABEL_1", 0.9, 3.0 / 14},                             // the same, by the other route
 	{"s2", "LABEL_0 0.70 s2", "LABEL_0", 0.7, 1.0/7 + (3.0/14-1.0/7)*(0.7-0.5)/0.4}, // halfway: 5/28, 0.1786
 	{"s3", "LABEL_1 0.99 s3", "LABEL_1", 0.99, 3.0 / 14},                            // past the last point: its value
 }
@@ -196,43 +201,54 @@ func TestServeCalibratedScores(t *testing.T) {
 	if s.addr == "" {
 		t.Fatalf("serve did not start: exit %d\n%s", s.wait(t), s.stderr.String())
 	}
-	got := map[string]serveAnswer{}
+	// The first text by /feedback-sentiment, the others by /v1/classify.
+	type answered struct {
+		route string
+		c     calText
+		a     serveAnswer
+	}
 	var one serveAnswer
-	s.post(t, "/feedback-sentiment", map[string]string{"request_id": "s1", "text": calTexts[0].text}, &one)
-	got["feedback"] = one
+	s.post(t, "/feedback-sentiment", map[string]string{"request_id": calTexts[0].id, "text": calTexts[0].text}, &one)
+	got := []answered{{"/feedback-sentiment", calTexts[0], one}}
 	var items struct{ Results []serveAnswer }
 	var req []map[string]string
-	for _, c := range calTexts {
+	for _, c := range calTexts[1:] {
 		req = append(req, map[string]string{"request_id": c.id, "text": c.text})
 	}
 	s.post(t, "/v1/classify", map[string]any{"items": req}, &items)
-	if len(items.Results) != len(calTexts) {
-		t.Fatalf("/v1/classify: %d results for %d items", len(items.Results), len(calTexts))
+	if len(items.Results) != len(req) {
+		t.Fatalf("/v1/classify: %d results for %d items", len(items.Results), len(req))
 	}
-	for i, c := range calTexts {
-		got[c.id] = items.Results[i]
+	for i, c := range calTexts[1:] {
+		got = append(got, answered{"/v1/classify", c, items.Results[i]})
 	}
 	classified := classifyCalibrated(t, srv.URL, cal)
-	for key, a := range got {
-		c := calTexts[0]
-		for _, x := range calTexts {
-			if x.id == a.RequestID {
-				c = x
-			}
+	for _, g := range got {
+		c, a := g.c, g.a
+		if a.RequestID != c.id || a.Label != c.label || a.Score == nil {
+			t.Fatalf("%s %s: %s label %q score %s, want label %s with a score", g.route, c.id, a.RequestID, a.Label, showScore(a.Score), c.label)
 		}
-		if a.Label != c.label || a.Score == nil || a.RawScore == nil {
-			t.Fatalf("%s: %+v, want label %s with score and raw_score", key, a, c.label)
+		if *a.Score != round4(c.want) {
+			t.Errorf("%s %s: score %v, want the calibrated %v (the model's is %v)", g.route, c.id, *a.Score, round4(c.want), c.raw)
 		}
-		if *a.Score != round4(c.want) || *a.RawScore != c.raw {
-			t.Errorf("%s (%s): score %v raw_score %v; want the calibrated %v and the raw %v", key, c.id, *a.Score, *a.RawScore, round4(c.want), c.raw)
+		if a.RawScore == nil || *a.RawScore != c.raw {
+			t.Errorf("%s %s: raw_score %s, want the model's %v", g.route, c.id, showScore(a.RawScore), c.raw)
 		}
 		if w := classified[c.id]; w != *a.Score {
-			t.Errorf("%s (%s): serve's score %v, classify --calibration's %v", key, c.id, *a.Score, w)
+			t.Errorf("%s %s: serve's score %v, classify --calibration's %v", g.route, c.id, *a.Score, w)
 		}
 	}
 }
 
 func round4(f float64) float64 { return math.Round(f*1e4) / 1e4 }
+
+// showScore is a score as answered: absent, or its value.
+func showScore(p *float64) string {
+	if p == nil {
+		return "absent"
+	}
+	return strconv.FormatFloat(*p, 'g', -1, 64)
+}
 
 // classifyCalibrated is the score classify --calibration writes for each
 // of calTexts, by request id.
