@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -414,5 +415,86 @@ func TestPromptOverItsBoundIsInvalidInput(t *testing.T) {
 	}
 	if n := len(f.Bodies()[0]); n > 40_000 {
 		t.Fatalf("the one call sent %d bytes", n)
+	}
+}
+
+// A call is priced at the service tier its answer says served it (issue
+// 32): with a --prices file that gives the model a standard, a flex and a
+// priority price, a row answered service_tier "flex" costs the flex price,
+// "priority" the priority price, and "default" the standard one, in the
+// results' cost_usd, the summary line and --summary-json's cost_usd. The
+// run asks for flex, but the answer's tier, not the flag, is what prices a
+// call: the server decides per call, so the fake answers a different tier
+// for each row (named in the row's text).
+func TestServiceTierPricedFromThePricesFile(t *testing.T) {
+	// Every call reports the same usage, 1,000 prompt and 200 completion
+	// tokens, so that a row's cost depends on its tier alone.
+	const prompt, completion = 1000, 200
+	f := &fakehf.Chat{Raw: func(req fakehf.ChatRequest) string {
+		text := req.UserText()
+		tier := text[strings.Index(text, "tier=")+len("tier="):]
+		tier = strings.Fields(tier)[0]
+		b, _ := json.Marshal(map[string]any{
+			"object": "chat.completion", "model": req.Model, "service_tier": tier,
+			"choices": []any{map[string]any{"index": 0, "finish_reason": "stop",
+				"message": map[string]any{"role": "assistant", "content": `{"label": "positive"}`}}},
+			"usage": map[string]any{"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion},
+		})
+		return string(b)
+	}}
+	srv := fakehf.StartChat(f)
+	defer srv.Close()
+	// LiteLLM's format, with its *_cost_per_token_flex and _priority
+	// fields. The three prices are no multiples of one another, and each
+	// tier's input and output are in other ratios, so that a tier priced as
+	// a discount on the standard price, or with its input and output
+	// swapped, would show.
+	prices := writeFile(t, "prices.json", `{
+  "tiered-model": {
+    "litellm_provider": "openai", "mode": "chat", "max_input_tokens": 128000,
+    "input_cost_per_token": 1.0e-06, "output_cost_per_token": 4.0e-06,
+    "input_cost_per_token_flex": 3.0e-07, "output_cost_per_token_flex": 1.7e-06,
+    "input_cost_per_token_priority": 2.1e-06, "output_cost_per_token_priority": 9.0e-06
+  }
+}`)
+	// By hand: standard 1000×1.0e-6 + 200×4.0e-6 = 0.0018; flex
+	// 1000×0.3e-6 + 200×1.7e-6 = 0.00064; priority 1000×2.1e-6 +
+	// 200×9.0e-6 = 0.0039. At the standard price all four would be 0.0072.
+	want := map[string]float64{"f1": 0.00064, "p1": 0.0039, "d1": 0.0018, "f2": 0.00064}
+	const total = 0.00064 + 0.0039 + 0.0018 + 0.00064 // 0.00698
+	in := writeFile(t, "in.csv", "request_id,text\nf1,good tier=flex\np1,great tier=priority\nd1,fine tier=default\nf2,nice tier=flex\n")
+	out := filepath.Join(t.TempDir(), "out.csv")
+	sum := filepath.Join(t.TempDir(), "sum.json")
+	r := runMain(t, map[string]string{"OPENAI_API_KEY": "sk-test"}, "", "classify", in, "-o", out, "--summary-json", sum,
+		"--no-cache", "--token-env", "OPENAI_API_KEY", "--provider", "chat", "--model", "tiered-model",
+		"--endpoint", srv.URL+"/v1/chat/completions", "--labels", "positive, negative",
+		"--service-tier", "flex", "--prices", prices)
+	if r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	b, _ := os.ReadFile(out)
+	rows := parseResults(t, string(b))
+	if len(rows) != len(want) {
+		t.Fatalf("%d rows, want %d:\n%s", len(rows), len(want), b)
+	}
+	near := func(a, b float64) bool { return a-b < 1e-10 && b-a < 1e-10 }
+	for _, row := range rows {
+		id := row["request_id"]
+		// One call a row, with the fake's usage: the cost is that call's.
+		if row["outcome"] != "success" || row["attempts"] != "1" || row["prompt_tokens"] != itoa(prompt) || row["completion_tokens"] != itoa(completion) {
+			t.Fatalf("row %s: %v", id, row)
+		}
+		cost, err := strconv.ParseFloat(row["cost_usd"], 64)
+		if err != nil || !near(cost, want[id]) {
+			t.Errorf("row %s: cost_usd %q, want %v (its answer's tier's price)", id, row["cost_usd"], want[id])
+		}
+	}
+	if s := readSummary(t, sum); s.CostUSD == nil {
+		t.Errorf("--summary-json has no cost_usd, want %v", total)
+	} else if !near(*s.CostUSD, total) {
+		t.Errorf("--summary-json cost_usd %v, want %v", *s.CostUSD, total)
+	}
+	if !strings.Contains(r.stderr, " cost_usd=0.00698") {
+		t.Errorf("summary line, want cost_usd=0.00698: %s", r.stderr)
 	}
 }
