@@ -26,7 +26,6 @@ type liveServe struct {
 	addr   string // "" when serve ended before listening
 	stderr *lockedBuffer
 	code   chan int
-	stop   context.CancelFunc
 }
 
 var listeningAddrRE = regexp.MustCompile(`msg=listening addr=(\S+)`)
@@ -52,7 +51,6 @@ func startServeMain(t *testing.T, args ...string) *liveServe {
 		HardExit: func(code int) { t.Errorf("hard exit %d", code) },
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	s.stop = cancel
 	root := newRootCmd(ios)
 	root.SetArgs(append([]string{"serve", "--addr", "127.0.0.1:0"}, args...))
 	go func() {
