@@ -21,10 +21,14 @@ var (
 )
 
 // Main runs hfsent with args and returns the process exit code.
-func Main(args []string, ios *IOStreams) int {
+func Main(args []string, ios *IOStreams) int { return mainContext(context.Background(), args, ios) }
+
+// mainContext is Main under ctx: a test ends a command that runs until it
+// is stopped (serve) by cancelling ctx, as SIGTERM would.
+func mainContext(ctx context.Context, args []string, ios *IOStreams) int {
 	root := newRootCmd(ios)
 	root.SetArgs(args)
-	err := root.ExecuteContext(context.Background())
+	err := root.ExecuteContext(ctx)
 	if err != nil {
 		var ee *exitError
 		if !errors.As(err, &ee) || ee.err != nil {

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"math"
 	"net/http"
 	"os"
@@ -51,17 +50,7 @@ func startServeMain(t *testing.T, args ...string) *liveServe {
 		HardExit: func(code int) { t.Errorf("hard exit %d", code) },
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	root := newRootCmd(ios)
-	root.SetArgs(append([]string{"serve", "--addr", "127.0.0.1:0"}, args...))
-	go func() {
-		// As Main: an error is printed, then the exit code is its.
-		err := root.ExecuteContext(ctx)
-		var ee *exitError
-		if err != nil && (!errors.As(err, &ee) || ee.err != nil) {
-			_, _ = s.stderr.Write([]byte("hfsent: " + err.Error() + "\n"))
-		}
-		s.code <- exitCode(err)
-	}()
+	go func() { s.code <- mainContext(ctx, append([]string{"serve", "--addr", "127.0.0.1:0"}, args...), ios) }()
 	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
 		if m := listeningAddrRE.FindStringSubmatch(s.stderr.String()); m != nil {
 			s.addr = m[1]
